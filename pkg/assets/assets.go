@@ -1,0 +1,327 @@
+package assets
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Names of the assets (DESIGN.md, "NATS resources").
+const (
+	StreamRuns     = "CAIRN_RUNS"
+	StreamSteps    = "CAIRN_STEPS"
+	StreamSaga     = "CAIRN_SAGA"
+	StreamOutbox   = "CAIRN_OUTBOX"
+	StreamAudit    = "CAIRN_AUDIT"
+	StreamRejected = "CAIRN_REJECTED"
+
+	BucketRuns      = "cairn-runs"
+	BucketMemo      = "cairn-memo"
+	BucketHandovers = "cairn-handovers"
+	BucketOutbox    = "cairn-outbox-sent"
+	ObjectArtifacts = "cairn-artifacts"
+
+	ConsumerControl     = "control"
+	ConsumerCompensator = "compensator"
+	ConsumerOutbox      = "outbox-sender"
+
+	EpochKey = "cairn.epoch"
+)
+
+// ErrMismatch: an existing asset differs from its definition.
+var ErrMismatch = errors.New("asset differs from its definition")
+
+// ErrMissing: an asset a service needs does not exist (run cairn init).
+var ErrMissing = errors.New("asset missing")
+
+// Config says how the assets are made.
+type Config struct {
+	Replicas   int           // default 1
+	Steps      []string      // the pipeline's step names: one durable each on CAIRN_STEPS
+	AckWait    time.Duration // step consumers' ack wait; default 30s
+	MaxDeliver int           // step consumers' safety net; default 20
+}
+
+func (c Config) withDefaults() Config {
+	c.Replicas = cmp.Or(c.Replicas, 1)
+	c.AckWait = cmp.Or(c.AckWait, 30*time.Second)
+	c.MaxDeliver = cmp.Or(c.MaxDeliver, 20)
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Replicas != 1 && c.Replicas != 3 && c.Replicas != 5 {
+		return fmt.Errorf("replicas must be 1, 3 or 5, not %d", c.Replicas)
+	}
+	if len(c.Steps) == 0 {
+		return errors.New("the pipeline has no steps")
+	}
+	return nil
+}
+
+// Streams returns the stream definitions.
+func (c Config) Streams() []jetstream.StreamConfig {
+	c = c.withDefaults()
+	async := jetstream.DefaultPersistMode
+	if c.Replicas == 1 {
+		async = jetstream.AsyncPersistMode
+	}
+	st := func(name string, subjects []string, ret jetstream.RetentionPolicy, pm jetstream.PersistModeType) jetstream.StreamConfig {
+		return jetstream.StreamConfig{
+			Name: name, Subjects: subjects, Retention: ret, Storage: jetstream.FileStorage,
+			Replicas: c.Replicas, Discard: jetstream.DiscardOld, Duplicates: 2 * time.Minute, PersistMode: pm,
+		}
+	}
+	return []jetstream.StreamConfig{
+		st(StreamRuns, []string{"cairn.runs.start", "cairn.runs.*.*"}, jetstream.WorkQueuePolicy, jetstream.DefaultPersistMode),
+		st(StreamSteps, []string{"cairn.step.*.*"}, jetstream.WorkQueuePolicy, async),
+		st(StreamSaga, []string{"cairn.saga.>"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode),
+		st(StreamOutbox, []string{"cairn.outbox.>"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode),
+		st(StreamAudit, []string{"cairn.audit.>"}, jetstream.LimitsPolicy, async),
+		st(StreamRejected, []string{"cairn.rejected"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode),
+	}
+}
+
+// Consumer is a durable consumer definition on a stream.
+type Consumer struct {
+	Stream string
+	Config jetstream.ConsumerConfig
+}
+
+// Consumers returns the durable consumer definitions.
+func (c Config) Consumers() []Consumer {
+	c = c.withDefaults()
+	durable := func(stream, name string, filters ...string) Consumer {
+		cc := jetstream.ConsumerConfig{
+			Durable: name, AckPolicy: jetstream.AckExplicitPolicy, AckWait: c.AckWait,
+			MaxDeliver: c.MaxDeliver, DeliverPolicy: jetstream.DeliverAllPolicy, Replicas: c.Replicas,
+			MaxAckPending: 1000,
+		}
+		if len(filters) == 1 {
+			cc.FilterSubject = filters[0]
+		} else {
+			cc.FilterSubjects = filters
+		}
+		return Consumer{Stream: stream, Config: cc}
+	}
+	out := []Consumer{
+		durable(StreamRuns, ConsumerControl, "cairn.runs.start", "cairn.runs.*.resume", "cairn.runs.*.approve",
+			"cairn.runs.*.reject", "cairn.runs.*.cancel", "cairn.runs.*.rerun"),
+		durable(StreamRuns, ConsumerCompensator, "cairn.runs.*.undo"),
+		durable(StreamOutbox, ConsumerOutbox, "cairn.outbox.>"),
+	}
+	for _, s := range c.Steps {
+		out = append(out, durable(StreamSteps, s, "cairn.step."+s+".*"))
+	}
+	return out
+}
+
+// Buckets returns the key-value bucket definitions (without the epoch).
+func (c Config) Buckets() []jetstream.KeyValueConfig {
+	c = c.withDefaults()
+	kv := func(name string, history uint8) jetstream.KeyValueConfig {
+		return jetstream.KeyValueConfig{Bucket: name, History: history, Storage: jetstream.FileStorage, Replicas: c.Replicas}
+	}
+	return []jetstream.KeyValueConfig{
+		kv(BucketRuns, 16),
+		kv(BucketMemo, 1),
+		kv(BucketHandovers, 8),
+		kv(BucketOutbox, 4),
+	}
+}
+
+// ObjectStore returns the artifact store definition.
+func (c Config) ObjectStore() jetstream.ObjectStoreConfig {
+	c = c.withDefaults()
+	return jetstream.ObjectStoreConfig{Bucket: ObjectArtifacts, Storage: jetstream.FileStorage, Replicas: c.Replicas}
+}
+
+// Ensure creates every missing asset and checks every existing one.
+func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
+	return apply(ctx, js, c, true)
+}
+
+// Check looks every asset up and compares it with its definition; it creates nothing.
+func Check(ctx context.Context, js jetstream.JetStream, c Config) error {
+	return apply(ctx, js, c, false)
+}
+
+func apply(ctx context.Context, js jetstream.JetStream, c Config, create bool) error {
+	c = c.withDefaults()
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("asset configuration: %w", err)
+	}
+	if _, err := js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("the NATS server offers no JetStream: %w", err)
+	}
+	var errs []error
+	for _, want := range c.Streams() {
+		errs = append(errs, ensureStream(ctx, js, want, create))
+	}
+	for _, want := range c.Buckets() {
+		errs = append(errs, ensureBucket(ctx, js, want, create))
+	}
+	errs = append(errs, ensureObjectStore(ctx, js, c.ObjectStore(), create))
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for _, want := range c.Consumers() {
+		errs = append(errs, ensureConsumer(ctx, js, want, create))
+	}
+	return errors.Join(errs...)
+}
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, create bool) error {
+	s, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if !create {
+			return fmt.Errorf("stream %s: %w", want.Name, ErrMissing)
+		}
+		if _, err := js.CreateStream(ctx, want); err != nil {
+			return fmt.Errorf("creating stream %s: %w", want.Name, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("looking up stream %s: %w", want.Name, err)
+	}
+	return compareStream(s.CachedInfo().Config, want)
+}
+
+func compareStream(got, want jetstream.StreamConfig) error {
+	var diffs []error
+	diff := func(field string, g, w any) {
+		diffs = append(diffs, fmt.Errorf("stream %s: %s is %v, want %v: %w", want.Name, field, g, w, ErrMismatch))
+	}
+	if !slices.Equal(got.Subjects, want.Subjects) {
+		diff("subjects", got.Subjects, want.Subjects)
+	}
+	if got.Retention != want.Retention {
+		diff("retention", got.Retention, want.Retention)
+	}
+	if got.Storage != want.Storage {
+		diff("storage", got.Storage, want.Storage)
+	}
+	if got.Replicas != want.Replicas {
+		diff("replicas (changing replicas needs new assets)", got.Replicas, want.Replicas)
+	}
+	if got.PersistMode != want.PersistMode {
+		diff("persist mode", got.PersistMode, want.PersistMode)
+	}
+	return errors.Join(diffs...)
+}
+
+func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, create bool) error {
+	_, err := js.KeyValue(ctx, want.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		if !create {
+			return fmt.Errorf("bucket %s: %w", want.Bucket, ErrMissing)
+		}
+		if want.Bucket == BucketRuns {
+			want.Metadata = map[string]string{EpochKey: newEpoch()}
+		}
+		if _, err := js.CreateKeyValue(ctx, want); err != nil {
+			return fmt.Errorf("creating bucket %s: %w", want.Bucket, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("looking up bucket %s: %w", want.Bucket, err)
+	}
+	s, err := js.Stream(ctx, "KV_"+want.Bucket)
+	if err != nil {
+		return fmt.Errorf("looking up bucket %s: %w", want.Bucket, err)
+	}
+	got := s.CachedInfo().Config
+	var diffs []error
+	if got.Replicas != want.Replicas {
+		diffs = append(diffs, fmt.Errorf("bucket %s: replicas is %d, want %d (changing replicas needs new assets): %w", want.Bucket, got.Replicas, want.Replicas, ErrMismatch))
+	}
+	if got.Storage != want.Storage {
+		diffs = append(diffs, fmt.Errorf("bucket %s: storage is %v, want %v: %w", want.Bucket, got.Storage, want.Storage, ErrMismatch))
+	}
+	if int64(want.History) != got.MaxMsgsPerSubject {
+		diffs = append(diffs, fmt.Errorf("bucket %s: history is %d, want %d: %w", want.Bucket, got.MaxMsgsPerSubject, want.History, ErrMismatch))
+	}
+	if want.Bucket == BucketRuns && got.Metadata[EpochKey] == "" {
+		diffs = append(diffs, fmt.Errorf("bucket %s: no %s in its metadata: %w", want.Bucket, EpochKey, ErrMismatch))
+	}
+	return errors.Join(diffs...)
+}
+
+func ensureObjectStore(ctx context.Context, js jetstream.JetStream, want jetstream.ObjectStoreConfig, create bool) error {
+	_, err := js.ObjectStore(ctx, want.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		if !create {
+			return fmt.Errorf("object store %s: %w", want.Bucket, ErrMissing)
+		}
+		if _, err := js.CreateObjectStore(ctx, want); err != nil {
+			return fmt.Errorf("creating object store %s: %w", want.Bucket, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("looking up object store %s: %w", want.Bucket, err)
+	}
+	s, err := js.Stream(ctx, "OBJ_"+want.Bucket)
+	if err != nil {
+		return fmt.Errorf("looking up object store %s: %w", want.Bucket, err)
+	}
+	if got := s.CachedInfo().Config.Replicas; got != want.Replicas {
+		return fmt.Errorf("object store %s: replicas is %d, want %d: %w", want.Bucket, got, want.Replicas, ErrMismatch)
+	}
+	return nil
+}
+
+func ensureConsumer(ctx context.Context, js jetstream.JetStream, want Consumer, create bool) error {
+	name := want.Config.Durable
+	c, err := js.Consumer(ctx, want.Stream, name)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if !create {
+			return fmt.Errorf("consumer %s on %s: %w", name, want.Stream, ErrMissing)
+		}
+		if _, err := js.CreateConsumer(ctx, want.Stream, want.Config); err != nil {
+			return fmt.Errorf("creating consumer %s on %s: %w", name, want.Stream, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("looking up consumer %s on %s: %w", name, want.Stream, err)
+	}
+	got := c.CachedInfo().Config
+	var diffs []error
+	diff := func(field string, g, w any) {
+		diffs = append(diffs, fmt.Errorf("consumer %s on %s: %s is %v, want %v: %w", name, want.Stream, field, g, w, ErrMismatch))
+	}
+	if got.FilterSubject != want.Config.FilterSubject || !slices.Equal(got.FilterSubjects, want.Config.FilterSubjects) {
+		diff("filter", append([]string{got.FilterSubject}, got.FilterSubjects...), append([]string{want.Config.FilterSubject}, want.Config.FilterSubjects...))
+	}
+	if got.AckPolicy != want.Config.AckPolicy {
+		diff("ack policy", got.AckPolicy, want.Config.AckPolicy)
+	}
+	if got.AckWait != want.Config.AckWait {
+		diff("ack wait", got.AckWait, want.Config.AckWait)
+	}
+	if got.MaxDeliver != want.Config.MaxDeliver {
+		diff("max deliver", got.MaxDeliver, want.Config.MaxDeliver)
+	}
+	if len(got.BackOff) > 0 {
+		diff("backoff", got.BackOff, "none")
+	}
+	return errors.Join(diffs...)
+}
+
+func newEpoch() string {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("assets: no randomness: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,24 @@
+package kvcheckpoint
+
+import "errors"
+
+var (
+	// ErrNotFound: the run has no record.
+	ErrNotFound = errors.New("checkpoint not found")
+	// ErrExists: Create found a record for the run already.
+	ErrExists = errors.New("checkpoint exists")
+	// ErrCorrupt: the stored record's sum does not match its content; it is never trusted nor written.
+	ErrCorrupt = errors.New("checkpoint corrupt")
+	// ErrForeignEpoch: the record carries another epoch than the bucket's.
+	ErrForeignEpoch = errors.New("checkpoint from a foreign epoch")
+	// ErrFenced: the lease is no longer the writer's: another token holds it, or nobody does.
+	ErrFenced = errors.New("fenced")
+	// ErrLeaseHeld: a live lease of another owner holds the run.
+	ErrLeaseHeld = errors.New("lease held by another owner")
+	// ErrNoEpoch: the bucket's stream metadata has no cairn.epoch (run cairn init).
+	ErrNoEpoch = errors.New("bucket has no cairn.epoch")
+	// ErrTooLarge: the record exceeds MaxSize.
+	ErrTooLarge = errors.New("checkpoint too large")
+	// ErrSkip, returned by a mutation, writes nothing.
+	ErrSkip = errors.New("nothing to write")
+)

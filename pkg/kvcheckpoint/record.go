@@ -1,0 +1,255 @@
+package kvcheckpoint
+
+import (
+	"encoding/json"
+	"slices"
+)
+
+// Schema is the version of the record layout this package reads and writes.
+const Schema = 1
+
+// Status is a run's status.
+type Status string
+
+// Run statuses (DESIGN.md, "The checkpoint record").
+const (
+	Running         Status = "running"
+	WaitingApproval Status = "waiting_approval"
+	Finishing       Status = "finishing"
+	HandedOver      Status = "handed_over"
+	Done            Status = "done"
+	Undoing         Status = "undoing"
+	Undone          Status = "undone"
+	Cancelled       Status = "cancelled"
+)
+
+// StepStatus is one step's status.
+type StepStatus string
+
+// Step statuses.
+const (
+	Pending    StepStatus = "pending"
+	InProgress StepStatus = "in_progress"
+	Verified   StepStatus = "verified"
+	Failed     StepStatus = "failed"
+)
+
+// Record is the checkpoint of one run: one KV entry, JSON, every field always present.
+type Record struct {
+	Schema            int              `json:"schema"`
+	RunID             string           `json:"run_id"`
+	Params            Params           `json:"params"`
+	CreatedAt         string           `json:"created_at"`
+	Epoch             string           `json:"epoch"`
+	Status            Status           `json:"status"`
+	Pipeline          []string         `json:"pipeline"`
+	Steps             map[string]*Step `json:"steps"`
+	SourceFingerprint *string          `json:"source_fingerprint"`
+	StockSnapshot     *Output          `json:"stock_snapshot"`
+	Lease             *Lease           `json:"lease"`
+	NextAction        string           `json:"next_action"`
+	Restarts          int              `json:"restarts"`
+	Generation        int              `json:"generation"`
+	Requests          []string         `json:"requests"`
+	Approval          *Approval        `json:"approval"`
+	Handover          *string          `json:"handover"`
+	Undo              *Undo            `json:"undo"`
+	Sum               string           `json:"sum"`
+}
+
+// Params are what the run was started with.
+type Params struct {
+	Warehouse string `json:"warehouse"`
+	Date      string `json:"date"`
+	Shadow    bool   `json:"shadow"`
+}
+
+// Step is one step's progress.
+type Step struct {
+	Status           StepStatus `json:"status"`
+	Attempts         int        `json:"attempts"`
+	StartedAt        *string    `json:"started_at"`
+	FinishedAt       *string    `json:"finished_at"`
+	Output           *Output    `json:"output"`
+	InputFingerprint *string    `json:"input_fingerprint"`
+	Versions         Versions   `json:"versions"`
+	Token            *uint64    `json:"token"`
+	Effects          *Effects   `json:"effects"`
+	Parked           []Parked   `json:"parked"`
+	ParkedCount      int        `json:"parked_count"`
+	ParkedArtifact   *Output    `json:"parked_artifact"`
+	LastError        *string    `json:"last_error"`
+}
+
+// Output points at a step's output: inline (≤ 1 KiB) or an object in the artifact store.
+type Output struct {
+	Object string          `json:"object,omitempty"`
+	Inline json.RawMessage `json:"inline,omitempty"`
+	Digest string          `json:"digest"`
+	Size   int64           `json:"size"`
+}
+
+// Versions are the versions of what produced a step's output.
+type Versions struct {
+	Code   *string `json:"code"`
+	Prompt *string `json:"prompt"`
+	Schema *string `json:"schema"`
+	Model  *string `json:"model"`
+}
+
+// Effects counts a step's outside effects.
+type Effects struct {
+	Keys        int `json:"keys"`
+	IntentsOpen int `json:"intents_open"`
+}
+
+// Parked is one item a step set aside, with the reason.
+type Parked struct {
+	Item   string `json:"item"`
+	Reason string `json:"reason"`
+}
+
+// MaxParkedListed is how many parked items the record lists; the rest are counted.
+const MaxParkedListed = 20
+
+// MaxLastError bounds last_error in bytes.
+const MaxLastError = 512
+
+// Lease says who holds the run's current step.
+type Lease struct {
+	Owner      string `json:"owner"`
+	OwnerInbox string `json:"owner_inbox"`
+	Token      uint64 `json:"token"`
+	Step       string `json:"step"`
+	WriteID    string `json:"write_id"`
+}
+
+// Approval is a step's wait for a person.
+type Approval struct {
+	Step       string  `json:"step"`
+	PlanDigest string  `json:"plan_digest"`
+	By         *string `json:"by"`
+	At         *string `json:"at"`
+}
+
+// Undo is the progress of a compensation.
+type Undo struct {
+	RequestID      string          `json:"request_id"`
+	Scope          json.RawMessage `json:"scope"`
+	Cursor         int             `json:"cursor"`
+	Reversed       int             `json:"reversed"`
+	Total          int             `json:"total"`
+	PreviousStatus Status          `json:"previous_status"`
+}
+
+// New returns the record of a run that has just been started: every step pending.
+func New(runID string, p Params, pipeline []string, createdAt string) *Record {
+	r := &Record{
+		Schema:    Schema,
+		RunID:     runID,
+		Params:    p,
+		CreatedAt: createdAt,
+		Status:    Running,
+		Pipeline:  slices.Clone(pipeline),
+		Steps:     make(map[string]*Step, len(pipeline)),
+		Requests:  []string{},
+	}
+	for _, s := range pipeline {
+		r.Steps[s] = NewStep()
+	}
+	return r
+}
+
+// NewStep returns a pending step.
+func NewStep() *Step {
+	return &Step{Status: Pending, Parked: []Parked{}}
+}
+
+// Clone returns a deep copy.
+func (r *Record) Clone() *Record {
+	b, err := json.Marshal(r)
+	if err != nil {
+		panic("kvcheckpoint: record does not marshal: " + err.Error())
+	}
+	var c Record
+	if err := json.Unmarshal(b, &c); err != nil {
+		panic("kvcheckpoint: record does not unmarshal: " + err.Error())
+	}
+	return &c
+}
+
+// Step returns the named step; it panics on a name outside the pipeline, a programming error.
+func (r *Record) Step(name string) *Step {
+	s, ok := r.Steps[name]
+	if !ok {
+		panic("kvcheckpoint: no step " + name + " in run " + r.RunID)
+	}
+	return s
+}
+
+// Index is the position of step in the pipeline, or -1.
+func (r *Record) Index(step string) int { return slices.Index(r.Pipeline, step) }
+
+// Next is the step after step, or "" for the last.
+func (r *Record) Next(step string) string {
+	i := r.Index(step)
+	if i < 0 || i+1 >= len(r.Pipeline) {
+		return ""
+	}
+	return r.Pipeline[i+1]
+}
+
+// EarlierVerified reports whether every step before step is verified.
+func (r *Record) EarlierVerified(step string) bool {
+	for _, s := range r.Pipeline {
+		if s == step {
+			return true
+		}
+		if r.Step(s).Status != Verified {
+			return false
+		}
+	}
+	return false
+}
+
+// AllVerified reports whether every step is verified.
+func (r *Record) AllVerified() bool {
+	for _, s := range r.Pipeline {
+		if r.Step(s).Status != Verified {
+			return false
+		}
+	}
+	return true
+}
+
+// Current is the first step that is not verified, or "".
+func (r *Record) Current() string {
+	for _, s := range r.Pipeline {
+		if r.Step(s).Status != Verified {
+			return s
+		}
+	}
+	return ""
+}
+
+// AddRequest records a command id, keeping the last 16.
+func (r *Record) AddRequest(id string) {
+	r.Requests = append(r.Requests, id)
+	if n := len(r.Requests); n > 16 {
+		r.Requests = slices.Clone(r.Requests[n-16:])
+	}
+}
+
+// HasRequest reports whether the command id was already applied.
+func (r *Record) HasRequest(id string) bool { return slices.Contains(r.Requests, id) }
+
+// SetLastError sets a step's last_error, cut to MaxLastError bytes.
+func (s *Step) SetLastError(msg string) {
+	if len(msg) > MaxLastError {
+		msg = msg[:MaxLastError]
+	}
+	s.LastError = &msg
+}
+
+// Ptr returns a pointer to v, for the record's nullable fields.
+func Ptr[T any](v T) *T { return &v }

@@ -1,0 +1,212 @@
+package kvcheckpoint
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Bucket is the default name of the checkpoint bucket.
+const Bucket = "cairn-runs"
+
+// EpochKey is the bucket stream's metadata key holding the epoch.
+const EpochKey = "cairn.epoch"
+
+// Store reads and writes checkpoint records in a KV bucket. Every write is a compare-and-set.
+type Store struct {
+	nc     *nats.Conn
+	kv     jetstream.KeyValue
+	bucket string
+	epoch  string
+}
+
+// Open looks up the bucket and its epoch. The bucket must exist (cairn init creates it).
+func Open(ctx context.Context, js jetstream.JetStream, bucket string) (*Store, error) {
+	if bucket == "" {
+		bucket = Bucket
+	}
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("looking up bucket %q: %w", bucket, err)
+	}
+	stream, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, fmt.Errorf("looking up bucket %q's stream: %w", bucket, err)
+	}
+	epoch := stream.CachedInfo().Config.Metadata[EpochKey]
+	if epoch == "" {
+		return nil, fmt.Errorf("bucket %q: %w", bucket, ErrNoEpoch)
+	}
+	return &Store{nc: js.Conn(), kv: kv, bucket: bucket, epoch: epoch}, nil
+}
+
+// Epoch is the bucket's epoch, which every record carries.
+func (s *Store) Epoch() string { return s.epoch }
+
+// KV is the underlying bucket, for watchers.
+func (s *Store) KV() jetstream.KeyValue { return s.kv }
+
+// Create writes the first record of a run; ErrExists when the run has one already.
+func (s *Store) Create(ctx context.Context, r *Record) (uint64, error) {
+	r.Schema = Schema
+	r.Epoch = s.epoch
+	b, err := Encode(r)
+	if err != nil {
+		return 0, err
+	}
+	rev, err := s.kv.Create(ctx, r.RunID, b)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, fmt.Errorf("creating checkpoint %q: %w", r.RunID, ErrExists)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("creating checkpoint %q: %w", r.RunID, err)
+	}
+	return rev, nil
+}
+
+// Load returns the latest record and its revision. A record whose sum does not match is
+// ErrCorrupt, one of another epoch ErrForeignEpoch; neither is ever written back.
+func (s *Store) Load(ctx context.Context, runID string) (*Record, uint64, error) {
+	r, rev, _, err := s.load(ctx, runID)
+	return r, rev, err
+}
+
+func (s *Store) load(ctx context.Context, runID string) (*Record, uint64, []byte, error) {
+	e, err := s.kv.Get(ctx, runID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil, fmt.Errorf("loading checkpoint %q: %w", runID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("loading checkpoint %q: %w", runID, err)
+	}
+	r, err := s.decode(runID, e.Value())
+	return r, e.Revision(), e.Value(), err
+}
+
+func (s *Store) decode(runID string, b []byte) (*Record, error) {
+	r, err := Decode(b)
+	if err != nil {
+		return nil, fmt.Errorf("loading checkpoint %q: %w", runID, err)
+	}
+	if r.Epoch != s.epoch {
+		return nil, fmt.Errorf("loading checkpoint %q: epoch %q, bucket's %q: %w", runID, r.Epoch, s.epoch, ErrForeignEpoch)
+	}
+	return r, nil
+}
+
+// LoadAuthoritative reads the record from the stream leader (never a direct get that a
+// replica may answer stale).
+func (s *Store) LoadAuthoritative(ctx context.Context, runID string) (*Record, uint64, error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + s.bucket + "." + runID})
+	msg, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+s.bucket, req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading checkpoint %q from the leader: %w", runID, err)
+	}
+	var resp struct {
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Hdrs []byte `json:"hdrs"`
+			Data []byte `json:"data"`
+		} `json:"message"`
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return nil, 0, fmt.Errorf("reading checkpoint %q from the leader: %w", runID, err)
+	}
+	if resp.Error != nil {
+		if resp.Error.Code == 404 {
+			return nil, 0, fmt.Errorf("reading checkpoint %q from the leader: %w", runID, ErrNotFound)
+		}
+		return nil, 0, fmt.Errorf("reading checkpoint %q from the leader: %s", runID, resp.Error.Description)
+	}
+	if resp.Message == nil {
+		return nil, 0, fmt.Errorf("reading checkpoint %q from the leader: empty answer", runID)
+	}
+	if bytes.Contains(resp.Message.Hdrs, []byte("KV-Operation")) {
+		return nil, 0, fmt.Errorf("reading checkpoint %q from the leader: %w", runID, ErrNotFound)
+	}
+	r, err := s.decode(runID, resp.Message.Data)
+	return r, resp.Message.Seq, err
+}
+
+// Mutate applies fn to the latest record and writes it by compare-and-set, re-reading and
+// re-applying on a conflict. It is for writers that hold no lease (supervisor, commands):
+// fn must copy the lease unchanged and write its own fields as absolute values. fn returning
+// ErrSkip writes nothing and Mutate returns the record read with ErrSkip.
+func (s *Store) Mutate(ctx context.Context, runID string, fn func(r *Record) error) (*Record, uint64, error) {
+	return s.MutateFrom(ctx, nil, 0, runID, fn)
+}
+
+// MutateFrom is Mutate starting from a record already read at rev (nil: read it first), so a
+// writer that has just read the record pays no second read when nothing changed in between.
+func (s *Store) MutateFrom(ctx context.Context, cur *Record, rev uint64, runID string, fn func(r *Record) error) (*Record, uint64, error) {
+	for {
+		if cur == nil {
+			var err error
+			cur, rev, _, err = s.load(ctx, runID)
+			if err != nil {
+				return nil, 0, err
+			}
+		}
+		next := cur.Clone()
+		if err := fn(next); err != nil {
+			return cur, rev, err
+		}
+		b, err := Encode(next)
+		if err != nil {
+			return nil, 0, err
+		}
+		wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+		newRev, err := s.kv.Update(wctx, runID, b, rev)
+		cancel()
+		if err == nil {
+			return next, newRev, nil
+		}
+		if !retryable(err) {
+			return nil, 0, fmt.Errorf("writing checkpoint %q: %w", runID, err)
+		}
+		if landed, r, lrev := s.landed(ctx, runID, b); landed {
+			return r, lrev, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, 0, err
+		}
+		cur = nil
+	}
+}
+
+// landed re-reads after an ambiguous or refused write and reports whether the stored record is
+// exactly the one written.
+func (s *Store) landed(ctx context.Context, runID string, written []byte) (bool, *Record, uint64) {
+	_, rev, raw, err := s.load(ctx, runID)
+	if err != nil {
+		return false, nil, 0
+	}
+	if bytes.Equal(raw, written) {
+		r, _ := Decode(raw)
+		return true, r, rev
+	}
+	return false, nil, 0
+}
+
+// retryable: a lost compare-and-set or an answer that never came; both mean re-read.
+func retryable(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) ||
+		errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
+// writeTimeout bounds one compare-and-set so that a lost reply turns into a re-read.
+const writeTimeout = 5 * time.Second

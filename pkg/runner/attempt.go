@@ -1,0 +1,108 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/pkg/audit"
+	"github.com/cairnhq/cairn/pkg/events"
+	"github.com/cairnhq/cairn/pkg/fence"
+	"github.com/cairnhq/cairn/pkg/kvcheckpoint"
+)
+
+// Attempt is one try at a step, handed to Step.Run. It carries the fencing token and gives
+// access to the earlier steps' outputs.
+type Attempt struct {
+	RunID      string
+	Step       string
+	Params     kvcheckpoint.Params
+	Generation int
+	Token      fence.Token // the lease token (the revision read, for lease-free steps)
+	Restart    bool        // the previous attempt of this step died
+
+	rec      *kvcheckpoint.Record
+	r        *Runner
+	batch    *audit.Batch
+	hbPaused atomic.Bool
+}
+
+// Record returns the checkpoint as it was when the attempt began.
+func (a *Attempt) Record() *kvcheckpoint.Record { return a.rec.Clone() }
+
+// Input loads the output of an earlier step, checking its digest.
+func (a *Attempt) Input(ctx context.Context, step string) ([]byte, error) {
+	s, ok := a.rec.Steps[step]
+	if !ok || s.Status != kvcheckpoint.Verified {
+		return nil, fmt.Errorf("step %q has no verified output in run %q", step, a.RunID)
+	}
+	return a.r.cfg.Artifacts.Load(ctx, s.Output)
+}
+
+// Snapshot loads the run's saved snapshot (stock_snapshot).
+func (a *Attempt) Snapshot(ctx context.Context) ([]byte, error) {
+	if a.rec.StockSnapshot == nil {
+		return nil, fmt.Errorf("run %q has no snapshot", a.RunID)
+	}
+	return a.r.cfg.Artifacts.Load(ctx, a.rec.StockSnapshot)
+}
+
+// Audit records an event about one item (an invoice, a key) on the timeline, asynchronously;
+// it is stored before the step's message is acknowledged. try is the in-process retry number.
+func (a *Attempt) Audit(event, item string, try int, attrs map[string]string) {
+	id := events.AuditItemID(a.RunID, a.Step, event, a.Token.Value, item, try)
+	a.batch.Record(id, events.Audit{RunID: a.RunID, Step: a.Step, Event: event, Token: a.Token.Value, Item: item, Owner: a.r.owner.Name, Attrs: attrs})
+}
+
+// Fault fires the injected faults for point and write n (see package faults). A stall
+// suspends the attempt's heartbeat, as a stopped process would.
+func (a *Attempt) Fault(ctx context.Context, point string, n int) error {
+	f := a.r.cfg.Faults
+	if f.Empty() {
+		return nil
+	}
+	if f.Stalls(a.Step, point, n) {
+		a.hbPaused.Store(true)
+		defer a.hbPaused.Store(false)
+	}
+	return f.Hit(ctx, a.Step, point, n)
+}
+
+// Retry calls fn until it succeeds, fails other than temporarily, or has been tried the
+// configured number of times, backing off from 100 ms. fn gets the try number, from 0.
+func (a *Attempt) Retry(ctx context.Context, fn func(try int) error) error {
+	var err error
+	delay := 100 * time.Millisecond
+	for try := 0; try < a.r.cfg.RetryAttempts; try++ {
+		if err = fn(try); err == nil || classify(err) != classTemporary {
+			return err
+		}
+		if try+1 == a.r.cfg.RetryAttempts {
+			break
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		delay *= 2
+	}
+	return err
+}
+
+// Now is the runner's clock.
+func (a *Attempt) Now() time.Time { return a.r.cfg.Now() }
+
+// Logger carries the run, step and token.
+func (a *Attempt) Logger() *slog.Logger {
+	return a.r.log.With(slog.String("run_id", a.RunID), slog.Uint64("token", a.Token.Value))
+}
+
+// JS is the JetStream handle.
+func (a *Attempt) JS() jetstream.JetStream { return a.r.cfg.JS }

@@ -1,0 +1,57 @@
+package runner
+
+import (
+	"context"
+	"errors"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/cairnhq/cairn/pkg/faults"
+	"github.com/cairnhq/cairn/pkg/fence"
+	"github.com/cairnhq/cairn/pkg/kvcheckpoint"
+)
+
+var (
+	// ErrTemporary marks an error worth retrying: a timeout, a busy server, a 429 or 5xx.
+	ErrTemporary = errors.New("temporary")
+	// ErrPermanent marks an error that no retry will mend.
+	ErrPermanent = errors.New("permanent")
+	// ErrVerify: the step's result differs from what it meant to do.
+	ErrVerify = errors.New("verification failed")
+	// ErrSourceChanged: the documents changed since the run read them.
+	ErrSourceChanged = errors.New("source changed")
+)
+
+// Temporary marks err as temporary.
+func Temporary(err error) error { return errors.Join(ErrTemporary, err) }
+
+// Permanent marks err as permanent.
+func Permanent(err error) error { return errors.Join(ErrPermanent, err) }
+
+type class int
+
+const (
+	classTemporary class = iota
+	classFenced
+	classStopped
+	classUnknown
+)
+
+func classify(err error) class {
+	switch {
+	case errors.Is(err, kvcheckpoint.ErrFenced), errors.Is(err, fence.ErrFenced):
+		return classFenced
+	case errors.Is(err, context.Canceled):
+		return classStopped
+	case errors.Is(err, ErrTemporary), errors.Is(err, faults.ErrTemporary),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout),
+		errors.Is(err, nats.ErrNoResponders):
+		return classTemporary
+	default:
+		return classUnknown
+	}
+}
+
+func (c class) String() string {
+	return [...]string{"temporary", "fenced", "stopped", "unknown"}[c]
+}

@@ -1,0 +1,208 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cairnhq/cairn/pkg/events"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+)
+
+// fail ends a leased attempt that did not commit, as its error's class says.
+func (r *Runner) fail(ctx context.Context, a *Attempt, h *kc.Holder, err error) settleFunc {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	defer func() { _ = a.batch.Wait(wctx) }()
+	switch c := classify(err); c {
+	case classFenced:
+		r.fenced(wctx, a, err)
+		return ack
+	case classStopped:
+		if rerr := h.Release(wctx, func(n *kc.Record) error {
+			n.Step(a.Step).Status = kc.Pending
+			return nil
+		}); rerr != nil {
+			r.log.Warn("releasing the lease on stop", slog.Any("error", rerr))
+		}
+		return nakAfter(time.Second)
+	case classTemporary:
+		cur, _ := h.Record()
+		if cur.Step(a.Step).Attempts+1 >= r.cfg.LoopGuard {
+			return r.handover(wctx, a, h, fmt.Errorf("%d attempts failed (loop guard %d): %w", cur.Step(a.Step).Attempts+1, r.cfg.LoopGuard, err))
+		}
+		var attempts int
+		rerr := h.Release(wctx, func(n *kc.Record) error {
+			s := n.Step(a.Step)
+			s.Status = kc.Pending
+			s.Attempts = cur.Step(a.Step).Attempts + 1
+			s.SetLastError(err.Error())
+			attempts = s.Attempts
+			return nil
+		})
+		if classify(rerr) == classFenced {
+			r.fenced(wctx, a, rerr)
+			return ack
+		}
+		r.auditStep(a, "step.failed", a.Token.Value, err.Error())
+		r.log.Warn("attempt failed, will retry", slog.String("run_id", a.RunID), slog.Int("attempts", attempts), slog.Any("error", err))
+		return nakAfter(backoff(attempts))
+	default:
+		return r.handover(wctx, a, h, err)
+	}
+}
+
+func backoff(attempts int) time.Duration {
+	d := time.Second << min(attempts, 5)
+	return min(d, 30*time.Second)
+}
+
+// fenced: the attempt lost its lease; it writes nothing more and publishes no step event.
+func (r *Runner) fenced(ctx context.Context, a *Attempt, err error) {
+	r.fencedTotal.Add(1)
+	r.log.Warn("fenced", slog.String("run_id", a.RunID), slog.Uint64("token", a.Token.Value), slog.Any("error", err))
+	r.auditStep(a, "fenced", a.Token.Value, err.Error())
+}
+
+// HandoverNote is what a person reads in cairn-handovers.
+type HandoverNote struct {
+	ID         string       `json:"id"`
+	RunID      string       `json:"run_id"`
+	Step       string       `json:"step"`
+	Error      string       `json:"error"`
+	Done       HandoverDone `json:"done"`
+	NextAction string       `json:"next_action"`
+	At         string       `json:"at"`
+}
+
+// HandoverDone says what the run had done when it stopped.
+type HandoverDone struct {
+	Keys     int `json:"keys"`
+	Messages int `json:"messages"`
+}
+
+const handoverAction = "a person decides: cairn resume %[1]s, cairn resume %[1]s --after-fix, or cairn undo %[1]s"
+
+// handover stops the run and hands it to a person: the note first, then the record (step
+// failed, lease released) in one compare-and-set.
+func (r *Runner) handover(ctx context.Context, a *Attempt, h *kc.Holder, cause error) settleFunc {
+	cur, _ := h.Record()
+	note := r.note(cur, a.Step, fmt.Sprintf("%d", a.Token.Value), cause)
+	if err := r.putNote(ctx, note); err != nil {
+		r.log.Error("writing handover note", slog.Any("error", err))
+		return nakAfter(time.Second)
+	}
+	err := h.Release(ctx, func(n *kc.Record) error {
+		n.Status = kc.HandedOver
+		s := n.Step(a.Step)
+		s.Status = kc.Failed
+		s.SetLastError(cause.Error())
+		n.Handover = &note.ID
+		n.NextAction = note.NextAction
+		return nil
+	})
+	if classify(err) == classFenced {
+		r.fenced(ctx, a, err)
+		return ack
+	}
+	if err != nil {
+		r.log.Error("recording the handover", slog.Any("error", err))
+		return nakAfter(time.Second)
+	}
+	r.auditStep(a, "handover", a.Token.Value, cause.Error())
+	_ = a.batch.Wait(ctx)
+	r.log.Error("run handed over", slog.String("run_id", a.RunID), slog.String("note", note.ID), slog.Any("error", cause))
+	return ack
+}
+
+func (r *Runner) note(rec *kc.Record, step, tag string, cause error) HandoverNote {
+	done := HandoverDone{}
+	if rec != nil {
+		for _, name := range rec.Pipeline {
+			if e := rec.Step(name).Effects; e != nil {
+				done.Keys += e.Keys
+			}
+		}
+	}
+	runID := ""
+	if rec != nil {
+		runID = rec.RunID
+	}
+	return HandoverNote{
+		ID: fmt.Sprintf("%s:handover:%s:%s", runID, step, tag), RunID: runID, Step: step,
+		Error: cut(cause.Error(), kc.MaxLastError), Done: done,
+		NextAction: fmt.Sprintf(handoverAction, runID), At: r.stamp(),
+	}
+}
+
+func (r *Runner) putNote(ctx context.Context, n HandoverNote) error {
+	b, err := json.Marshal(n)
+	if err != nil {
+		return err
+	}
+	if _, err := r.cfg.Handovers.Put(ctx, n.RunID, b); err != nil {
+		return fmt.Errorf("writing handover note %q: %w", n.ID, err)
+	}
+	return nil
+}
+
+// noteOnly hands over a run whose record cannot be trusted: the note alone, the record untouched.
+func (r *Runner) noteOnly(ctx context.Context, runID string, cause error) {
+	n := r.note(nil, r.cfg.StepName, "record", cause)
+	n.RunID = runID
+	n.ID = runID + ":handover:record"
+	n.NextAction = "inspect the checkpoint (nats kv get cairn-runs " + runID + "); it was not resumed and nothing was written"
+	if e, err := r.cfg.Handovers.Get(ctx, runID); err == nil {
+		var old HandoverNote
+		if json.Unmarshal(e.Value(), &old) == nil && old.ID == n.ID {
+			return
+		}
+	}
+	if err := r.putNote(ctx, n); err != nil {
+		r.log.Error("writing handover note", slog.Any("error", err))
+		return
+	}
+	_ = r.audit.Record(ctx, events.AuditStepID(runID, r.cfg.StepName, "handover", 0), events.Audit{RunID: runID, Step: r.cfg.StepName, Event: "handover", Detail: cause.Error()})
+}
+
+// park hands over a run whose step event reached the delivery limit.
+func (r *Runner) park(ctx context.Context, runID, reason string) {
+	cause := errors.New(reason)
+	note := r.note(nil, r.cfg.StepName, "max-deliver", cause)
+	note.RunID, note.ID = runID, runID+":handover:"+r.cfg.StepName+":max-deliver"
+	if err := r.putNote(ctx, note); err != nil {
+		r.log.Error("writing handover note", slog.Any("error", err))
+	}
+	_, _, err := r.cfg.Store.Mutate(ctx, runID, func(n *kc.Record) error {
+		if n.Status != kc.Running || n.Lease != nil {
+			return kc.ErrSkip
+		}
+		n.Status = kc.HandedOver
+		n.Step(r.cfg.StepName).Status = kc.Failed
+		n.Step(r.cfg.StepName).SetLastError(reason)
+		n.Handover = &note.ID
+		n.NextAction = note.NextAction
+		return nil
+	})
+	if err != nil && !errors.Is(err, kc.ErrSkip) {
+		r.log.Error("recording a parked message", slog.Any("error", err))
+	}
+}
+
+func (r *Runner) auditStep(a *Attempt, event string, rev uint64, detail string) {
+	a.batch.Record(events.AuditStepID(a.RunID, a.Step, event, rev), events.Audit{
+		RunID: a.RunID, Step: a.Step, Event: event, Token: a.Token.Value, Owner: r.owner.Name, Detail: cut(detail, 512),
+	})
+}
+
+func cut(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }

@@ -1,0 +1,98 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+)
+
+// runLeaseFree runs a step that takes no lease: it commits with one compare-and-set on the
+// revision it read; on a conflict it re-reads, and a verified step means another did it.
+func (r *Runner) runLeaseFree(ctx context.Context, m jetstream.Msg, rec *kc.Record, rev uint64, redelivered bool) settleFunc {
+	a := r.newAttempt(rec, rev, redelivered)
+	res, err := r.runWithHeartbeat(ctx, m, a, nil)
+	if err == nil {
+		if v, ok := r.cfg.Step.(Verifier); ok {
+			if verr := v.Verify(ctx, a, res); verr != nil {
+				err = fmt.Errorf("%w: %w", ErrVerify, verr)
+			}
+		}
+	}
+	var outs outputs
+	if err == nil {
+		outs, err = r.saveOutputs(ctx, a, res)
+	}
+	if err == nil {
+		err = a.Fault(ctx, "before-commit", 0)
+	}
+	if err != nil {
+		return r.failLeaseFree(ctx, a, err)
+	}
+	committed, crev, err := r.cfg.Store.MutateFrom(ctx, rec, rev, a.RunID, func(n *kc.Record) error {
+		if n.Step(a.Step).Status == kc.Verified || n.Generation != a.Generation {
+			return kc.ErrSkip
+		}
+		if redelivered {
+			n.Restarts++
+			n.Step(a.Step).Attempts++
+		}
+		r.applyCommit(n, a, res, outs)
+		return nil
+	})
+	if errors.Is(err, kc.ErrSkip) {
+		return ack
+	}
+	if err != nil {
+		return r.failLeaseFree(ctx, a, Temporary(err))
+	}
+	return r.afterCommit(ctx, a, committed, crev)
+}
+
+func (r *Runner) failLeaseFree(ctx context.Context, a *Attempt, err error) settleFunc {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	defer func() { _ = a.batch.Wait(wctx) }()
+	c := classify(err)
+	if c == classStopped {
+		return nakAfter(time.Second)
+	}
+	handover := c != classTemporary
+	var attempts int
+	var note HandoverNote
+	_, _, werr := r.cfg.Store.Mutate(wctx, a.RunID, func(n *kc.Record) error {
+		s := n.Step(a.Step)
+		if s.Status == kc.Verified || n.Status != kc.Running {
+			return kc.ErrSkip
+		}
+		s.Attempts++
+		attempts = s.Attempts
+		s.SetLastError(err.Error())
+		if handover || s.Attempts >= r.cfg.LoopGuard {
+			note = r.note(n, a.Step, fmt.Sprintf("%d", a.Token.Value), err)
+			n.Status = kc.HandedOver
+			s.Status = kc.Failed
+			n.Handover = &note.ID
+			n.NextAction = note.NextAction
+		}
+		return nil
+	})
+	if werr != nil && !errors.Is(werr, kc.ErrSkip) {
+		r.log.Warn("recording a failed attempt", slog.Any("error", werr))
+		return nakAfter(time.Second)
+	}
+	if note.ID != "" {
+		if perr := r.putNote(wctx, note); perr != nil {
+			r.log.Error("writing handover note", slog.Any("error", perr))
+		}
+		r.auditStep(a, "handover", a.Token.Value, err.Error())
+		return ack
+	}
+	r.auditStep(a, "step.failed", a.Token.Value, err.Error())
+	return nakAfter(backoff(attempts))
+}

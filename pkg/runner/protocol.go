@@ -1,0 +1,270 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/pkg/events"
+	"github.com/cairnhq/cairn/pkg/faults"
+	"github.com/cairnhq/cairn/pkg/fence"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+)
+
+// attempt runs points 2 to 10 of the step protocol and says how to settle the message.
+func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.StepReady, redelivered bool) settleFunc {
+	run, step := ready.RunID, r.cfg.StepName
+	// 2. Load and check sum and epoch.
+	rec, rev, err := r.cfg.Store.Load(ctx, run)
+	switch {
+	case errors.Is(err, kc.ErrNotFound):
+		return func(m jetstream.Msg) {
+			r.log.Warn("step event for a run without a checkpoint", slog.String("run_id", run))
+			_ = m.TermWithReason("no checkpoint for run " + run)
+		}
+	case errors.Is(err, kc.ErrCorrupt), errors.Is(err, kc.ErrForeignEpoch):
+		r.noteOnly(ctx, run, err)
+		return ack
+	case err != nil:
+		r.log.Warn("loading checkpoint", slog.String("run_id", run), slog.Any("error", err))
+		return nakAfter(time.Second)
+	}
+	// 3. May the step run?
+	if ready.Generation != rec.Generation || rec.Index(step) < 0 {
+		return ack
+	}
+	if rec.Step(step).Status == kc.Verified {
+		auth, arev, err := r.cfg.Store.LoadAuthoritative(ctx, run)
+		if err != nil {
+			return nakAfter(time.Second)
+		}
+		if auth.Step(step).Status == kc.Verified {
+			r.publishNextIfIdle(ctx, auth, arev)
+			return ack
+		}
+		rec, rev = auth, arev
+	}
+	if rec.Status != kc.Running || !rec.EarlierVerified(step) {
+		return ack
+	}
+	if !r.def.Leased {
+		return r.runLeaseFree(ctx, m, rec, rev, redelivered)
+	}
+	if rec.Lease != nil {
+		if r.ownerGone(ctx, rec.Lease) {
+			r.releaseGone(ctx, run, *rec.Lease)
+		}
+		return ack
+	}
+	// 4. Take the lease.
+	restart := rec.Step(step).Status == kc.InProgress
+	startedAt := r.stamp()
+	h, err := r.cfg.Store.Take(ctx, rec, rev, r.owner, step, func(n *kc.Record) {
+		s := n.Step(step)
+		if restart {
+			n.Restarts++
+			s.Attempts++
+			s.SetLastError("the previous attempt's owner died or was taken over")
+		}
+		s.Status = kc.InProgress
+		s.StartedAt = &startedAt
+	})
+	if errors.Is(err, kc.ErrConflict) {
+		return nakAfter(100 * time.Millisecond)
+	}
+	if err != nil {
+		r.log.Warn("taking lease", slog.String("run_id", run), slog.Any("error", err))
+		return nakAfter(time.Second)
+	}
+	a := r.newAttempt(rec, h.Token(), restart)
+	r.auditStep(a, "step.started", h.Token(), "")
+	return r.hold(ctx, m, a, h)
+}
+
+func (r *Runner) newAttempt(rec *kc.Record, token uint64, restart bool) *Attempt {
+	return &Attempt{
+		RunID: rec.RunID, Step: r.cfg.StepName, Params: rec.Params, Generation: rec.Generation,
+		Token:   fence.Token{RunID: rec.RunID, Epoch: r.cfg.Store.Epoch(), Value: token},
+		Restart: restart, rec: rec, r: r, batch: r.audit.Batch(),
+	}
+}
+
+// hold runs a leased attempt from the restart checks to the commit.
+func (r *Runner) hold(ctx context.Context, m jetstream.Msg, a *Attempt, h *kc.Holder) settleFunc {
+	step := a.Step
+	cur, _ := h.Record()
+	if a.Restart {
+		if err := r.restartChecks(ctx, a, cur); err != nil {
+			return r.fail(ctx, a, h, err)
+		}
+	}
+	// 5. Fences first.
+	if f, ok := r.cfg.Step.(Fencer); ok && r.def.Fenced {
+		if err := f.RaiseFences(ctx, a, a.Token); err != nil {
+			return r.fail(ctx, a, h, fmt.Errorf("raising fences: %w", err))
+		}
+	}
+	// 6-8. Run with a heartbeat, then verify.
+	res, err := r.runWithHeartbeat(ctx, m, a, h)
+	if err == nil {
+		if v, ok := r.cfg.Step.(Verifier); ok {
+			if verr := v.Verify(ctx, a, res); verr != nil {
+				err = fmt.Errorf("%w: %w", ErrVerify, verr)
+			}
+		}
+	}
+	if err != nil {
+		return r.fail(ctx, a, h, err)
+	}
+	if over := r.overParkLimit(res); over != "" {
+		return r.handover(ctx, a, h, errors.New(over))
+	}
+	// 9. Store the output, then commit.
+	outs, err := r.saveOutputs(ctx, a, res)
+	if err != nil {
+		return r.fail(ctx, a, h, err)
+	}
+	if err := a.Fault(ctx, faults.BeforeCommit, 0); err != nil {
+		return r.fail(ctx, a, h, err)
+	}
+	if err := h.Release(ctx, func(n *kc.Record) error { r.applyCommit(n, a, res, outs); return nil }); err != nil {
+		return r.fail(ctx, a, h, err)
+	}
+	committed, crev := h.Record()
+	_ = step
+	return r.afterCommit(ctx, a, committed, crev)
+}
+
+// afterCommit is point 10: publish the next step's event, wait for the audit, ack.
+func (r *Runner) afterCommit(ctx context.Context, a *Attempt, committed *kc.Record, crev uint64) settleFunc {
+	if err := a.Fault(ctx, faults.AfterCommit, 0); err != nil {
+		r.log.Warn("fault after commit", slog.Any("error", err))
+	}
+	r.auditStep(a, "step.verified", crev, "")
+	if committed.Status == kc.Running {
+		if next := committed.Next(a.Step); next != "" {
+			if err := a.Fault(ctx, faults.BeforeNextPublish, 0); err != nil {
+				r.log.Warn("fault before next publish", slog.Any("error", err))
+			}
+			if err := r.publishStep(ctx, committed.RunID, next, committed.Generation, crev); err != nil {
+				r.log.Warn("publishing the next step; the supervisor will move the run on", slog.Any("error", err))
+			}
+		}
+	}
+	if err := a.batch.Wait(ctx); err != nil {
+		r.log.Warn("audit events not stored", slog.Any("error", err))
+	}
+	if committed.Status == kc.Finishing && r.cfg.Finishing != nil {
+		r.cfg.Finishing(ctx, committed.RunID)
+	}
+	return ack
+}
+
+func (r *Runner) stamp() string { return r.cfg.Now().UTC().Format(time.RFC3339Nano) }
+
+// outputs are the pointers a commit writes.
+type outputs struct {
+	output, snapshot, parked *kc.Output
+}
+
+func (r *Runner) saveOutputs(ctx context.Context, a *Attempt, res *Result) (outputs, error) {
+	var o outputs
+	var err error
+	out := res.Output
+	if len(out) == 0 {
+		out = []byte("{}")
+	}
+	if o.output, err = r.cfg.Artifacts.Save(ctx, a.RunID, a.Step, out); err != nil {
+		return o, Temporary(err)
+	}
+	if len(res.Snapshot) > 0 {
+		if o.snapshot, err = r.cfg.Artifacts.Save(ctx, a.RunID, a.Step, res.Snapshot); err != nil {
+			return o, Temporary(err)
+		}
+	}
+	if len(res.Parked) > kc.MaxParkedListed {
+		b, merr := jsonMarshal(res.Parked)
+		if merr != nil {
+			return o, merr
+		}
+		if o.parked, err = r.cfg.Artifacts.Save(ctx, a.RunID, a.Step, b); err != nil {
+			return o, Temporary(err)
+		}
+	}
+	return o, nil
+}
+
+func (r *Runner) applyCommit(n *kc.Record, a *Attempt, res *Result, o outputs) {
+	s := n.Step(a.Step)
+	finished := r.stamp()
+	token := a.Token.Value
+	s.Status = kc.Verified
+	s.Output = o.output
+	s.Token = &token
+	s.FinishedAt = &finished
+	s.Versions = res.Versions
+	code := r.cfg.CodeVersion
+	s.Versions.Code = &code
+	s.Effects = res.Effects
+	if res.InputFingerprint != "" {
+		s.InputFingerprint = &res.InputFingerprint
+	}
+	s.Parked = slices.Clone(res.Parked[:min(len(res.Parked), kc.MaxParkedListed)])
+	if s.Parked == nil {
+		s.Parked = []kc.Parked{}
+	}
+	s.ParkedCount = len(res.Parked)
+	s.ParkedArtifact = o.parked
+	if res.SourceFingerprint != "" {
+		n.SourceFingerprint = &res.SourceFingerprint
+	}
+	if o.snapshot != nil {
+		n.StockSnapshot = o.snapshot
+	}
+	next := n.Next(a.Step)
+	switch {
+	case n.Status == kc.Running && next == "":
+		n.Status = kc.Finishing
+		n.NextAction = "deliver the run's mail, then mark it done"
+	case res.NextAction != "":
+		n.NextAction = res.NextAction
+	case next != "":
+		n.NextAction = fmt.Sprintf("run step %s of %s", next, n.RunID)
+	}
+}
+
+func (r *Runner) overParkLimit(res *Result) string {
+	if len(res.Parked) == 0 || res.Items == 0 {
+		return ""
+	}
+	if float64(len(res.Parked)) > r.cfg.ParkLimit*float64(res.Items) {
+		return fmt.Sprintf("%d of %d items parked, over the park limit of %.0f%%", len(res.Parked), res.Items, r.cfg.ParkLimit*100)
+	}
+	return ""
+}
+
+// restartChecks: the source fingerprint, and the loop guard.
+func (r *Runner) restartChecks(ctx context.Context, a *Attempt, cur *kc.Record) error {
+	if sc, ok := r.cfg.Step.(SourceChecker); ok && cur.SourceFingerprint != nil {
+		changed, err := sc.CheckSource(ctx, a, *cur.SourceFingerprint)
+		if err != nil {
+			return fmt.Errorf("re-hashing the source: %w", err)
+		}
+		if len(changed) > 0 {
+			return Permanent(fmt.Errorf("%w since the run read it: %v", ErrSourceChanged, changed))
+		}
+	}
+	if s := cur.Step(a.Step); s.Attempts >= r.cfg.LoopGuard {
+		last := ""
+		if s.LastError != nil {
+			last = *s.LastError
+		}
+		return Permanent(fmt.Errorf("%d attempts of %s failed (loop guard %d); last: %s", s.Attempts, a.Step, r.cfg.LoopGuard, last))
+	}
+	return nil
+}

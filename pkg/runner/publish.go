@@ -1,0 +1,62 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/events"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+)
+
+// PublishStep publishes a step's event with Msg-Id <run>:<step>:ready:<rev>, rev being the
+// revision of the write that scheduled it, and waits for the stream's ack.
+func PublishStep(ctx context.Context, js jetstream.JetStream, source, runID, step string, generation int, rev uint64, now time.Time) error {
+	id := events.StepReadyID(runID, step, rev)
+	e, err := events.New(id, events.TypeStepReady, source, runID, now, events.StepReady{RunID: runID, Step: step, Generation: generation})
+	if err != nil {
+		return fmt.Errorf("building step event %q: %w", id, err)
+	}
+	m, err := events.Encode(events.StepSubject(step, runID), e)
+	if err != nil {
+		return fmt.Errorf("encoding step event %q: %w", id, err)
+	}
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("publishing step event %q: %w", id, err)
+	}
+	return nil
+}
+
+// StepEventStored reports whether an event for the run's step waits on CAIRN_STEPS.
+func StepEventStored(ctx context.Context, js jetstream.JetStream, runID, step string) (bool, error) {
+	s, err := js.Stream(ctx, assets.StreamSteps)
+	if err != nil {
+		return false, err
+	}
+	_, err = s.GetLastMsgForSubject(ctx, events.StepSubject(step, runID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (r *Runner) publishStep(ctx context.Context, runID, step string, generation int, rev uint64) error {
+	return PublishStep(ctx, r.cfg.JS, "/cairn/"+r.cfg.Service, runID, step, generation, rev, r.cfg.Now())
+}
+
+// publishNextIfIdle re-publishes the event of the step after a verified one when that step is
+// still pending with no lease (a duplicate is harmless).
+func (r *Runner) publishNextIfIdle(ctx context.Context, rec *kc.Record, rev uint64) {
+	if rec.Status != kc.Running {
+		return
+	}
+	next := rec.Next(r.cfg.StepName)
+	if next == "" || rec.Lease != nil || rec.Step(next).Status != kc.Pending {
+		return
+	}
+	_ = r.publishStep(ctx, rec.RunID, next, rec.Generation, rev)
+}

@@ -1,0 +1,204 @@
+package runner
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/cairnhq/cairn/pkg/artifacts"
+	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/audit"
+	"github.com/cairnhq/cairn/pkg/events"
+	"github.com/cairnhq/cairn/pkg/faults"
+	"github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/pipeline"
+)
+
+// Config is what a step runner needs.
+type Config struct {
+	JS        jetstream.JetStream
+	Store     *kvcheckpoint.Store
+	Artifacts *artifacts.Store
+	Handovers jetstream.KeyValue
+	Pipeline  pipeline.Definition
+	StepName  string
+	Step      Step
+	Service   string // default StepName
+
+	Heartbeat     time.Duration // default 5s
+	Lease         time.Duration // default 15s
+	TakeoverGap   time.Duration // default 500ms
+	RetryAttempts int           // default 3
+	LoopGuard     int           // default 3
+	ParkLimit     float64       // default 0.1
+	MaxDeliver    int           // default 20
+	CodeVersion   string        // default v0.1.0
+
+	Faults *faults.Set
+	Now    func() time.Time
+	Logger *slog.Logger
+	// Finishing is called after the last step moved the run to finishing. May be nil.
+	Finishing func(ctx context.Context, runID string)
+}
+
+func (c Config) withDefaults() Config {
+	c.Service = cmp.Or(c.Service, c.StepName)
+	c.Heartbeat = cmp.Or(c.Heartbeat, 5*time.Second)
+	c.Lease = cmp.Or(c.Lease, 15*time.Second)
+	c.TakeoverGap = cmp.Or(c.TakeoverGap, 500*time.Millisecond)
+	c.RetryAttempts = cmp.Or(c.RetryAttempts, 3)
+	c.LoopGuard = cmp.Or(c.LoopGuard, 3)
+	c.ParkLimit = cmp.Or(c.ParkLimit, 0.1)
+	c.MaxDeliver = cmp.Or(c.MaxDeliver, 20)
+	c.CodeVersion = cmp.Or(c.CodeVersion, "v0.1.0")
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.JS == nil || c.Store == nil || c.Artifacts == nil || c.Handovers == nil {
+		errs = append(errs, errors.New("the runner needs JetStream, the checkpoint store, the artifact store and the handover bucket"))
+	}
+	if _, ok := c.Pipeline.Step(c.StepName); !ok {
+		errs = append(errs, fmt.Errorf("step %q is not in pipeline %q", c.StepName, c.Pipeline.Name))
+	}
+	if c.Step == nil {
+		errs = append(errs, fmt.Errorf("step %q has no implementation", c.StepName))
+	}
+	if c.Lease < 3*c.Heartbeat {
+		errs = append(errs, fmt.Errorf("the lease (%s) must be at least 3 heartbeats (%s)", c.Lease, c.Heartbeat))
+	}
+	return errors.Join(errs...)
+}
+
+// Runner runs one step of a pipeline: it consumes the step's durable on CAIRN_STEPS and
+// follows the step protocol for every message.
+type Runner struct {
+	cfg   Config
+	def   pipeline.Step
+	owner kvcheckpoint.Owner
+	audit *audit.Publisher
+	log   *slog.Logger
+
+	fencedTotal atomic.Int64
+}
+
+// FencedTotal counts attempts stopped because their lease or fence was taken.
+func (r *Runner) FencedTotal() int64 { return r.fencedTotal.Load() }
+
+// New checks the configuration and returns a runner.
+func New(c Config) (*Runner, error) {
+	c = c.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("step runner %q: %w", c.StepName, err)
+	}
+	def, _ := c.Pipeline.Step(c.StepName)
+	host, _ := os.Hostname()
+	owner := kvcheckpoint.Owner{
+		Name:  c.Service + "/" + cmp.Or(host, "host") + "/" + strconv.Itoa(os.Getpid()) + "-" + nuid.Next()[:6],
+		Inbox: "cairn.owner." + c.Service + "." + nuid.Next(),
+	}
+	return &Runner{
+		cfg: c, def: def, owner: owner,
+		audit: audit.New(c.JS, c.Service, c.Now),
+		log:   c.Logger.With(slog.String("step", c.StepName), slog.String("owner", owner.Name)),
+	}, nil
+}
+
+// Owner is this runner's identity in leases.
+func (r *Runner) Owner() kvcheckpoint.Owner { return r.owner }
+
+// Run consumes the step's messages until ctx ends; it returns nil on a clean stop.
+func (r *Runner) Run(ctx context.Context) error {
+	sub, err := r.cfg.JS.Conn().Subscribe(r.owner.Inbox, func(m *nats.Msg) { _ = m.Respond([]byte("alive")) })
+	if err != nil {
+		return fmt.Errorf("answering on %s: %w", r.owner.Inbox, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	cons, err := r.cfg.JS.Consumer(ctx, assets.StreamSteps, r.cfg.StepName)
+	if err != nil {
+		return fmt.Errorf("looking up consumer %q: %w", r.cfg.StepName, err)
+	}
+	var wg sync.WaitGroup
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		wg.Add(1)
+		defer wg.Done()
+		r.Handle(ctx, m)
+	}, jetstream.PullMaxMessages(4))
+	if err != nil {
+		return fmt.Errorf("consuming %q: %w", r.cfg.StepName, err)
+	}
+	<-ctx.Done()
+	cc.Drain()
+	select {
+	case <-cc.Closed():
+	case <-time.After(10 * time.Second):
+		cc.Stop()
+	}
+	wg.Wait()
+	return nil
+}
+
+// Handle follows the step protocol for one message and settles it.
+func (r *Runner) Handle(ctx context.Context, m jetstream.Msg) {
+	meta, _ := m.Metadata()
+	var seq uint64
+	delivered := uint64(1)
+	if meta != nil {
+		seq, delivered = meta.Sequence.Stream, meta.NumDelivered
+	}
+	// 1. Decode and validate.
+	nm := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
+	ev, err := events.Decode(nm)
+	var ready events.StepReady
+	if err == nil {
+		err = ev.Unmarshal(&ready)
+	}
+	if err == nil && (ready.Step != r.cfg.StepName || ready.RunID != ev.Subject || m.Subject() != events.StepSubject(ready.Step, ready.RunID)) {
+		err = fmt.Errorf("%w: step event for %s/%s arrived on %s", events.ErrInvalid, ready.RunID, ready.Step, m.Subject())
+	}
+	if err != nil {
+		r.reject(ctx, assets.StreamSteps, seq, nm, ev.Subject, err)
+		_ = m.TermWithReason(err.Error())
+		return
+	}
+	if delivered >= uint64(r.cfg.MaxDeliver) {
+		r.park(ctx, ready.RunID, fmt.Sprintf("step event delivered %d times (max deliver %d)", delivered, r.cfg.MaxDeliver))
+		_ = m.TermWithReason("max deliver reached")
+		return
+	}
+	settle := r.attempt(ctx, m, ready, delivered > 1)
+	settle(m)
+}
+
+type settleFunc func(m jetstream.Msg)
+
+func ack(m jetstream.Msg) { _ = m.Ack() }
+
+func nakAfter(d time.Duration) settleFunc {
+	return func(m jetstream.Msg) { _ = m.NakWithDelay(d) }
+}
+
+func (r *Runner) reject(ctx context.Context, stream string, seq uint64, m *nats.Msg, runID string, reason error) {
+	id := events.RejectedID(stream, seq)
+	if err := r.audit.Reject(ctx, id, runID, events.NewRejected(stream, seq, m, reason.Error())); err != nil {
+		r.log.Error("recording a rejected message", slog.String("id", id), slog.Any("error", err))
+	}
+}

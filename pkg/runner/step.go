@@ -1,0 +1,46 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/cairnhq/cairn/pkg/fence"
+	"github.com/cairnhq/cairn/pkg/kvcheckpoint"
+)
+
+// Step is the work of one pipeline step. Run is called with an attempt that holds the run's
+// lease (for leased steps); it returns the step's result or an error whose class decides what
+// happens: temporary errors fail the attempt and the message comes back later; a fenced error
+// ends the attempt silently; anything else hands the run over to a person.
+type Step interface {
+	Run(ctx context.Context, a *Attempt) (*Result, error)
+}
+
+// Fencer is a step that writes to fenced outside systems: RaiseFences is called right after
+// the lease is taken, before anything else.
+type Fencer interface {
+	RaiseFences(ctx context.Context, a *Attempt, t fence.Token) error
+}
+
+// Verifier checks a step's result against what it meant to do before the step is committed.
+type Verifier interface {
+	Verify(ctx context.Context, a *Attempt, r *Result) error
+}
+
+// SourceChecker re-hashes a run's source on a restart and names what changed.
+type SourceChecker interface {
+	CheckSource(ctx context.Context, a *Attempt, fingerprint string) (changed []string, err error)
+}
+
+// Result is what a finished step leaves in the checkpoint.
+type Result struct {
+	Output            json.RawMessage // any JSON; stored inline when small, else as an artifact
+	Versions          kvcheckpoint.Versions
+	InputFingerprint  string
+	Effects           *kvcheckpoint.Effects
+	Parked            []kvcheckpoint.Parked // every parked item; the record lists the first 20
+	Items             int                   // items the step handled, for the park limit
+	SourceFingerprint string                // the source step sets the run's fingerprint
+	Snapshot          json.RawMessage       // a snapshot step's saved read (stock_snapshot)
+	NextAction        string
+}

@@ -1,0 +1,81 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/pkg/events"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+)
+
+// OwnerGone asks a lease owner's inbox twice, gap apart: two "no responders" answers, with
+// the asker connected throughout, prove the owner gone. A timeout proves nothing.
+func OwnerGone(ctx context.Context, nc *nats.Conn, inbox string, gap time.Duration) bool {
+	if inbox == "" {
+		return false
+	}
+	ask := func() bool {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := nc.RequestWithContext(rctx, inbox, nil)
+		return errors.Is(err, nats.ErrNoResponders)
+	}
+	reconnects := nc.Stats().Reconnects
+	if !ask() {
+		return false
+	}
+	t := time.NewTimer(gap)
+	select {
+	case <-ctx.Done():
+		t.Stop()
+		return false
+	case <-t.C:
+	}
+	return ask() && nc.IsConnected() && nc.Stats().Reconnects == reconnects
+}
+
+func (r *Runner) ownerGone(ctx context.Context, l *kc.Lease) bool {
+	return OwnerGone(ctx, r.cfg.JS.Conn(), l.OwnerInbox, r.cfg.TakeoverGap)
+}
+
+func (r *Runner) releaseGone(ctx context.Context, runID string, l kc.Lease) {
+	if err := ReleaseGone(ctx, r.cfg.JS, r.cfg.Store, "/cairn/"+r.cfg.Service, runID, l, r.cfg.Now); err != nil {
+		r.log.Warn("releasing a dead owner's lease", slog.String("run_id", runID), slog.Any("error", err))
+	}
+}
+
+// ReleaseGone releases the lease of an owner proven gone, by compare-and-set on that very
+// lease, audits it, and publishes the step's event again with the release's revision as
+// Msg-Id. The step stays in_progress, so its next taker knows it restarts.
+func ReleaseGone(ctx context.Context, js jetstream.JetStream, store *kc.Store, source, runID string, l kc.Lease, now func() time.Time) error {
+	rec, rev, err := store.Mutate(ctx, runID, func(n *kc.Record) error {
+		if n.Lease == nil || n.Lease.Owner != l.Owner || n.Lease.Token != l.Token {
+			return kc.ErrSkip
+		}
+		n.Lease = nil
+		n.Step(l.Step).SetLastError("owner " + l.Owner + " gone (no responders)")
+		return nil
+	})
+	if errors.Is(err, kc.ErrSkip) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	a := events.Audit{RunID: runID, Step: l.Step, Event: "reassigned", Token: l.Token, Owner: l.Owner, Detail: "owner gone (no responders)"}
+	e, err := events.New(events.AuditStepID(runID, l.Step, "reassigned", rev), events.TypeAudit, source, runID, now(), a)
+	if err == nil {
+		if m, err := events.Encode(events.AuditSubject(runID), e); err == nil {
+			_, _ = js.PublishMsg(ctx, m)
+		}
+	}
+	if rec.Status != kc.Running {
+		return nil
+	}
+	return PublishStep(ctx, js, source, runID, l.Step, rec.Generation, rev, now())
+}
