@@ -1,0 +1,157 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/cairnhq/cairn/pkg/events"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+)
+
+func (s *Supervisor) apply(ctx context.Context, ev events.Event) error {
+	switch ev.Type {
+	case events.TypeRunStart:
+		return s.start(ctx, ev)
+	case events.TypeRunCancel:
+		return s.cancel(ctx, ev)
+	case events.TypeRunResume:
+		return s.resume(ctx, ev)
+	default:
+		return reject("command %s is not supported by this version of Cairn", ev.Type)
+	}
+}
+
+// start validates a start, creates the record with Create (the same start twice makes one
+// run) and publishes the first step's event.
+func (s *Supervisor) start(ctx context.Context, ev events.Event) error {
+	var c events.StartCommand
+	if err := ev.Unmarshal(&c); err != nil {
+		return err
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	runID := c.RunIDOrDefault()
+	if err := events.ValidID("run_id", runID); err != nil {
+		return err
+	}
+	params := kc.Params{Warehouse: c.Warehouse, Date: c.Date, Shadow: c.Shadow}
+	first := s.cfg.Pipeline.Names()[0]
+	rec := kc.New(runID, params, s.cfg.Pipeline.Names(), s.stamp())
+	rec.AddRequest(ev.ID)
+	rec.NextAction = fmt.Sprintf("run step %s of %s", first, runID)
+	rev, err := s.cfg.Store.Create(ctx, rec)
+	if errors.Is(err, kc.ErrExists) {
+		return s.startAgain(ctx, runID, params)
+	}
+	if err != nil {
+		return err
+	}
+	s.record(ctx, events.AuditStepID(runID, "run", "started", rev), events.Audit{RunID: runID, Event: "run.started", Detail: "started by " + ev.Source})
+	return s.publish(ctx, runID, first, 0, rev)
+}
+
+// startAgain: another start of an existing run. Other parameters are refused; a run whose
+// first step is still pending with no lease gets its event again.
+func (s *Supervisor) startAgain(ctx context.Context, runID string, params kc.Params) error {
+	rec, rev, err := s.cfg.Store.Load(ctx, runID)
+	if err != nil {
+		return err
+	}
+	if rec.Params != params {
+		return reject("run %s exists with other parameters (%+v, not %+v)", runID, rec.Params, params)
+	}
+	first := rec.Pipeline[0]
+	if rec.Status == kc.Running && rec.Lease == nil && rec.Step(first).Status == kc.Pending {
+		return s.publish(ctx, runID, first, rec.Generation, rev)
+	}
+	return nil
+}
+
+func (s *Supervisor) command(ev events.Event) (events.Command, error) {
+	var c events.Command
+	if err := ev.Unmarshal(&c); err != nil {
+		return c, err
+	}
+	if ev.Subject == "" {
+		return c, reject("command %s names no run", ev.Type)
+	}
+	return c, nil
+}
+
+// cancel stops a run at the next step boundary: the holder of a live lease commits what it
+// finished and publishes nothing.
+func (s *Supervisor) cancel(ctx context.Context, ev events.Event) error {
+	if _, err := s.command(ev); err != nil {
+		return err
+	}
+	_, rev, err := s.cfg.Store.Mutate(ctx, ev.Subject, func(r *kc.Record) error {
+		if r.HasRequest(ev.ID) {
+			return kc.ErrSkip
+		}
+		r.AddRequest(ev.ID)
+		switch r.Status {
+		case kc.Running, kc.WaitingApproval, kc.HandedOver:
+			r.Status = kc.Cancelled
+			r.NextAction = fmt.Sprintf("cancelled: cairn resume %[1]s to go on, or cairn undo %[1]s", r.RunID)
+		}
+		return nil
+	})
+	if errors.Is(err, kc.ErrNotFound) {
+		return reject("cancel: run %s does not exist", ev.Subject)
+	}
+	if err != nil && !errors.Is(err, kc.ErrSkip) {
+		return err
+	}
+	if err == nil {
+		s.record(ctx, events.AuditStepID(ev.Subject, "run", "cancelled", rev), events.Audit{RunID: ev.Subject, Event: "run.cancelled"})
+	}
+	return nil
+}
+
+// resume sets a handed-over or cancelled run running again from the step that stopped.
+func (s *Supervisor) resume(ctx context.Context, ev events.Event) error {
+	c, err := s.command(ev)
+	if err != nil {
+		return err
+	}
+	if c.AfterFix {
+		return reject("resume --after-fix is not supported by this version of Cairn")
+	}
+	var step string
+	rec, rev, err := s.cfg.Store.Mutate(ctx, ev.Subject, func(r *kc.Record) error {
+		if r.HasRequest(ev.ID) || (r.Status != kc.HandedOver && r.Status != kc.Cancelled) || r.Lease != nil {
+			return kc.ErrSkip
+		}
+		r.AddRequest(ev.ID)
+		r.Status = kc.Running
+		r.Handover = nil
+		step = r.Current()
+		if step == "" {
+			r.Status = kc.Finishing
+			return nil
+		}
+		st := r.Step(step)
+		if st.Status == kc.Failed {
+			st.Status = kc.Pending
+			st.Attempts = 0
+		}
+		r.NextAction = fmt.Sprintf("run step %s of %s", step, r.RunID)
+		return nil
+	})
+	if errors.Is(err, kc.ErrNotFound) {
+		return reject("resume: run %s does not exist", ev.Subject)
+	}
+	if errors.Is(err, kc.ErrSkip) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	s.record(ctx, events.AuditStepID(ev.Subject, "run", "resumed", rev), events.Audit{RunID: ev.Subject, Event: "run.resumed", Step: step})
+	if step == "" {
+		return nil
+	}
+	return s.publish(ctx, ev.Subject, step, rec.Generation, rev)
+}

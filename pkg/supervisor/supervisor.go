@@ -1,0 +1,162 @@
+package supervisor
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/audit"
+	"github.com/cairnhq/cairn/pkg/events"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/pipeline"
+	"github.com/cairnhq/cairn/pkg/runner"
+)
+
+// Config is what the supervisor needs.
+type Config struct {
+	JS          jetstream.JetStream
+	Store       *kc.Store
+	Marks       jetstream.KeyValue // cairn-outbox-sent
+	Pipeline    pipeline.Definition
+	Lease       time.Duration // a lease unchanged this long has expired; default 15s
+	TakeoverGap time.Duration // default 500ms
+	Sweep       time.Duration // how often the checkpoints are swept; default 1s
+	Now         func() time.Time
+	Logger      *slog.Logger
+}
+
+// Supervisor consumes the control durable and sweeps the checkpoints.
+type Supervisor struct {
+	cfg   Config
+	audit *audit.Publisher
+	log   *slog.Logger
+
+	mu   sync.Mutex
+	seen map[string]observation // run -> what the last sweep saw
+}
+
+// observation is what a sweep saw of a run, and when by the supervisor's own clock.
+type observation struct {
+	lease   string // token/write_id, "" when none
+	current string // the step the run waits on
+	since   time.Time
+}
+
+const source = "/cairn/supervisor"
+
+// New checks the configuration.
+func New(c Config) (*Supervisor, error) {
+	c.Lease = cmp.Or(c.Lease, 15*time.Second)
+	c.TakeoverGap = cmp.Or(c.TakeoverGap, 500*time.Millisecond)
+	c.Sweep = cmp.Or(c.Sweep, time.Second)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.JS == nil || c.Store == nil || c.Marks == nil {
+		return nil, errors.New("supervisor: needs JetStream, the checkpoint store and the outbox marks")
+	}
+	if err := c.Pipeline.Validate(); err != nil {
+		return nil, fmt.Errorf("supervisor: %w", err)
+	}
+	return &Supervisor{cfg: c, audit: audit.New(c.JS, "supervisor", c.Now), log: c.Logger.With(slog.String("service", "supervisor")), seen: map[string]observation{}}, nil
+}
+
+// Run frees the leases of owners that are gone, then consumes commands and sweeps until ctx
+// ends. It returns nil on a clean stop.
+func (s *Supervisor) Run(ctx context.Context) error {
+	s.SweepOnce(ctx, true)
+	cons, err := s.cfg.JS.Consumer(ctx, assets.StreamRuns, assets.ConsumerControl)
+	if err != nil {
+		return fmt.Errorf("looking up consumer %q: %w", assets.ConsumerControl, err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) { s.Handle(ctx, m) })
+	if err != nil {
+		return fmt.Errorf("consuming %q: %w", assets.ConsumerControl, err)
+	}
+	defer func() {
+		cc.Drain()
+		select {
+		case <-cc.Closed():
+		case <-time.After(5 * time.Second):
+			cc.Stop()
+		}
+	}()
+	t := time.NewTicker(s.cfg.Sweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			s.SweepOnce(ctx, false)
+		}
+	}
+}
+
+// Handle decodes and applies one run command, then settles its message.
+func (s *Supervisor) Handle(ctx context.Context, m jetstream.Msg) {
+	meta, _ := m.Metadata()
+	var seq uint64
+	if meta != nil {
+		seq = meta.Sequence.Stream
+	}
+	nm := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
+	ev, err := events.DecodeCommand(nm, fmt.Sprintf("seq-%d", seq))
+	if err == nil {
+		err = s.apply(ctx, ev)
+	}
+	var rej *rejection
+	switch {
+	case err == nil:
+		_ = m.Ack()
+	case errors.As(err, &rej), errors.Is(err, events.ErrInvalid), errors.Is(err, events.ErrInvalidID):
+		id := events.RejectedID(assets.StreamRuns, seq)
+		if rerr := s.audit.Reject(ctx, id, ev.Subject, events.NewRejected(assets.StreamRuns, seq, nm, err.Error())); rerr != nil {
+			s.log.Error("recording a rejected command", slog.Any("error", rerr))
+			_ = m.NakWithDelay(time.Second)
+			return
+		}
+		s.log.Warn("command rejected", slog.String("subject", m.Subject()), slog.Any("reason", err))
+		_ = m.TermWithReason(cut(err.Error(), 200))
+	default:
+		s.log.Warn("command failed, will retry", slog.String("subject", m.Subject()), slog.Any("error", err))
+		_ = m.NakWithDelay(time.Second)
+	}
+}
+
+// rejection is a command refused for a reason of its own (not a malformed message).
+type rejection struct{ reason string }
+
+func (r *rejection) Error() string { return r.reason }
+
+func reject(format string, args ...any) error { return &rejection{reason: fmt.Sprintf(format, args...)} }
+
+func cut(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+func (s *Supervisor) stamp() string { return s.cfg.Now().UTC().Format(time.RFC3339Nano) }
+
+func (s *Supervisor) record(ctx context.Context, id string, a events.Audit) {
+	if err := s.audit.Record(ctx, id, a); err != nil {
+		s.log.Warn("audit event not stored", slog.String("id", id), slog.Any("error", err))
+	}
+}
+
+func (s *Supervisor) publish(ctx context.Context, runID, step string, generation int, rev uint64) error {
+	return runner.PublishStep(ctx, s.cfg.JS, source, runID, step, generation, rev, s.cfg.Now())
+}
