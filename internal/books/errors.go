@@ -1,0 +1,18 @@
+package books
+
+import "errors"
+
+var (
+	// ErrConflict means a key already holds another payload: the run that
+	// wrote it and the run writing now disagree, and a person must look.
+	ErrConflict = errors.New("key holds another payload")
+	// ErrNoStockLevel means an adjustment names a warehouse and sku with no
+	// stock_levels row to change.
+	ErrNoStockLevel = errors.New("no stock level")
+	// ErrNoOriginal means a reversal names a key that was never written.
+	ErrNoOriginal = errors.New("reversed key not found")
+	// ErrInvalid means a row is missing what every row must have.
+	ErrInvalid = errors.New("invalid row")
+	// ErrUnsupportedDSN means the DSN names a database Open cannot open.
+	ErrUnsupportedDSN = errors.New("unsupported DSN")
+)

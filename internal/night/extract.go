@@ -1,0 +1,145 @@
+package night
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/internal/recon"
+	"github.com/cairnhq/cairn/pkg/faults"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/runner"
+)
+
+// extractOutput is the parsed lines of every readable invoice, and the parked ones.
+type extractOutput struct {
+	Invoices []recon.Invoice `json:"invoices"`
+	Parked   []recon.Parked  `json:"parked"`
+}
+
+// memoAnswer is what cairn-memo keeps per document: the extractor's answer word for word,
+// or its refusal.
+type memoAnswer struct {
+	Answer     json.RawMessage `json:"answer,omitempty"`
+	Unreadable string          `json:"unreadable,omitempty"`
+}
+
+type extractStep struct{ e *Env }
+
+func (s extractStep) CheckSource(ctx context.Context, a *runner.Attempt, fp string) ([]string, error) {
+	return sourceCheck(s).CheckSource(ctx, a, fp)
+}
+
+// memoKey is <run_id>.<document digest hex>.<first 16 hex of sha256(prompt version + model)>.
+func memoKey(runID, digest string, v recon.ExtractorVersions) string {
+	h := sha256.Sum256([]byte(v.Prompt + v.Model))
+	return runID + "." + strings.TrimPrefix(digest, "sha256:") + "." + hex.EncodeToString(h[:])[:16]
+}
+
+func (s extractStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+	var f fetchOutput
+	if err := input(ctx, a, Fetch, &f); err != nil {
+		return nil, err
+	}
+	v := s.e.Extractor.Versions()
+	var out extractOutput
+	for i, d := range f.Documents {
+		memo, err := s.answer(ctx, a, d, i+1, v)
+		if err != nil {
+			return nil, err
+		}
+		if memo.Unreadable != "" {
+			out.Parked = append(out.Parked, recon.Parked{InvoiceNo: d.InvoiceNo, Reason: memo.Unreadable})
+			continue
+		}
+		inv, err := recon.ParseAnswer(memo.Answer)
+		if err != nil {
+			out.Parked = append(out.Parked, recon.Parked{InvoiceNo: d.InvoiceNo, Reason: reason(err)})
+			continue
+		}
+		out.Invoices = append(out.Invoices, inv)
+	}
+	b, err := output(out)
+	if err != nil {
+		return nil, err
+	}
+	parked := make([]kc.Parked, len(out.Parked))
+	for i, p := range out.Parked {
+		parked[i] = kc.Parked{Item: p.InvoiceNo, Reason: p.Reason}
+	}
+	return &runner.Result{
+		Output: b, Parked: parked, Items: len(f.Documents), InputFingerprint: f.Fingerprint,
+		Versions:   kc.Versions{Prompt: &v.Prompt, Schema: &v.Schema, Model: &v.Model},
+		NextAction: fmt.Sprintf("match %d invoices to purchase orders", len(out.Invoices)),
+	}, nil
+}
+
+// answer returns the memoised answer for a document, asking the extractor only when there
+// is none. The first answer saved wins.
+func (s extractStep) answer(ctx context.Context, a *runner.Attempt, d recon.Document, n int, v recon.ExtractorVersions) (memoAnswer, error) {
+	key := memoKey(a.RunID, d.Digest, v)
+	var memo memoAnswer
+	if e, err := s.e.Memo.Get(ctx, key); err == nil {
+		if err := json.Unmarshal(e.Value(), &memo); err != nil {
+			return memo, fmt.Errorf("memo %q: %w", key, err)
+		}
+		return memo, nil
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return memo, runner.Temporary(fmt.Errorf("reading memo %q: %w", key, err))
+	}
+	if err := a.Fault(ctx, faults.BeforeWrite, n); err != nil {
+		return memo, err
+	}
+	doc, err := os.ReadFile(d.Path)
+	if err != nil {
+		return memo, runner.Temporary(fmt.Errorf("reading %s: %w", d.Path, err))
+	}
+	if got := recon.DocumentDigest(doc); got != d.Digest {
+		return memo, runner.Permanent(fmt.Errorf("%w: %s is %s, fetch read %s", runner.ErrSourceChanged, d.InvoiceNo, got, d.Digest))
+	}
+	err = a.Retry(ctx, func(try int) error {
+		a.Audit("extractor.called", d.InvoiceNo, try, map[string]string{"model": v.Model})
+		answer, err := s.e.Extractor.Extract(ctx, d.InvoiceNo, doc)
+		var unreadable *recon.UnreadableError
+		switch {
+		case errors.As(err, &unreadable):
+			memo = memoAnswer{Unreadable: reason(err)}
+		case err != nil:
+			return err
+		default:
+			memo = memoAnswer{Answer: answer}
+		}
+		return nil
+	})
+	if err != nil {
+		return memo, err
+	}
+	b, err := json.Marshal(memo)
+	if err != nil {
+		return memo, err
+	}
+	if _, err := s.e.Memo.Create(ctx, key, b); errors.Is(err, jetstream.ErrKeyExists) {
+		return s.answer(ctx, a, d, n, v) // another attempt saved first: its answer wins
+	} else if err != nil {
+		return memo, runner.Temporary(fmt.Errorf("saving memo %q: %w", key, err))
+	}
+	if err := a.Fault(ctx, faults.AfterWrite, n); err != nil {
+		return memo, err
+	}
+	return memo, nil
+}
+
+func reason(err error) string {
+	var u *recon.UnreadableError
+	if errors.As(err, &u) {
+		return u.Reason
+	}
+	return err.Error()
+}

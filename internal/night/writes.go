@@ -1,0 +1,188 @@
+package night
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cairnhq/cairn/internal/books"
+	"github.com/cairnhq/cairn/internal/recon"
+	"github.com/cairnhq/cairn/pkg/faults"
+	"github.com/cairnhq/cairn/pkg/fence"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/runner"
+)
+
+// writtenOutput lists the keys a writing step wrote (or found written).
+type writtenOutput struct {
+	Keys []string `json:"keys"`
+}
+
+// keyed walks a step's writes in ascending key order, firing the write faults around each.
+func keyed(ctx context.Context, a *runner.Attempt, keys []string, write func(i int) error) error {
+	for i := range keys {
+		n := i + 1
+		if err := a.Fault(ctx, faults.BeforeWrite, n); err != nil {
+			return err
+		}
+		err := a.Retry(ctx, func(try int) error {
+			if err := write(i); err != nil {
+				return err
+			}
+			return a.Fault(ctx, faults.LostReply, n)
+		})
+		if err != nil {
+			return fmt.Errorf("writing %s: %w", keys[i], err)
+		}
+		if err := a.Fault(ctx, faults.AfterWrite, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func adjustments(ctx context.Context, a *runner.Attempt) ([]recon.Adjustment, error) {
+	var c compareOutput
+	if err := input(ctx, a, Compare, &c); err != nil {
+		return nil, err
+	}
+	return c.Adjustments, nil
+}
+
+func written(keys []string) (*runner.Result, error) {
+	b, err := output(writtenOutput{Keys: keys})
+	if err != nil {
+		return nil, err
+	}
+	return &runner.Result{Output: b, Effects: &kc.Effects{Keys: len(keys)}, Items: len(keys)}, nil
+}
+
+type postLedgerStep struct{ e *Env }
+
+func (s postLedgerStep) CheckSource(ctx context.Context, a *runner.Attempt, fp string) ([]string, error) {
+	return sourceCheck(s).CheckSource(ctx, a, fp)
+}
+
+func (s postLedgerStep) RaiseFences(ctx context.Context, a *runner.Attempt, t fence.Token) error {
+	return s.e.Ledger.Ledger(a.Params.Shadow).RaiseFence(ctx, t)
+}
+
+func (s postLedgerStep) entries(ctx context.Context, a *runner.Attempt) ([]books.Entry, error) {
+	adjs, err := adjustments(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]books.Entry, len(adjs))
+	for i, x := range adjs {
+		out[i] = books.Entry{Key: a.RunID + ":" + x.KeySuffix(), RunID: a.RunID, InvoiceNo: x.InvoiceNo, Line: x.Line,
+			Kind: x.Kind, SupplierID: x.SupplierID, AmountPaise: x.AmountPaise, CreatedAt: stamp(a)}
+	}
+	return out, nil
+}
+
+func (s postLedgerStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+	es, err := s.entries(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(es))
+	for i, e := range es {
+		keys[i] = e.Key
+	}
+	l := s.e.Ledger.Ledger(a.Params.Shadow)
+	if err := keyed(ctx, a, keys, func(i int) error {
+		_, err := l.Post(ctx, a.Token, es[i])
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	res, err := written(keys)
+	if err == nil {
+		res.NextAction = fmt.Sprintf("apply %d stock adjustments for %s", len(keys), a.RunID)
+	}
+	return res, err
+}
+
+// Verify reads back every key and amount.
+func (s postLedgerStep) Verify(ctx context.Context, a *runner.Attempt, _ *runner.Result) error {
+	es, err := s.entries(ctx, a)
+	if err != nil {
+		return err
+	}
+	l := s.e.Ledger.Ledger(a.Params.Shadow)
+	for _, want := range es {
+		got, ok, err := l.Get(ctx, want.Key)
+		if err != nil {
+			return runner.Temporary(err)
+		}
+		if !ok || got.AmountPaise != want.AmountPaise || got.SupplierID != want.SupplierID {
+			return fmt.Errorf("ledger entry %s: want %d paise for %s, found %+v (present %t)", want.Key, want.AmountPaise, want.SupplierID, got, ok)
+		}
+	}
+	return nil
+}
+
+type updateStockStep struct{ e *Env }
+
+func (s updateStockStep) CheckSource(ctx context.Context, a *runner.Attempt, fp string) ([]string, error) {
+	return sourceCheck(s).CheckSource(ctx, a, fp)
+}
+
+func (s updateStockStep) RaiseFences(ctx context.Context, a *runner.Attempt, t fence.Token) error {
+	return s.e.ERP.Stock(a.Params.Shadow).RaiseFence(ctx, t)
+}
+
+func (s updateStockStep) adjustments(ctx context.Context, a *runner.Attempt) ([]books.Adjustment, error) {
+	adjs, err := adjustments(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]books.Adjustment, len(adjs))
+	for i, x := range adjs {
+		out[i] = books.Adjustment{Key: a.RunID + ":stock:" + x.KeySuffix(), RunID: a.RunID, Warehouse: a.Params.Warehouse,
+			SKU: x.SKU, SupplierID: x.SupplierID, QtyDelta: x.QtyDelta, ValueDeltaPaise: x.ValueDeltaPaise,
+			Reason: fmt.Sprintf("%s mismatch on %s line %d", x.Kind, x.InvoiceNo, x.Line), CreatedAt: stamp(a)}
+	}
+	return out, nil
+}
+
+func (s updateStockStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+	as, err := s.adjustments(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(as))
+	for i, x := range as {
+		keys[i] = x.Key
+	}
+	st := s.e.ERP.Stock(a.Params.Shadow)
+	if err := keyed(ctx, a, keys, func(i int) error {
+		_, err := st.Apply(ctx, a.Token, as[i])
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	res, err := written(keys)
+	if err == nil {
+		res.NextAction = "send the debit notes of " + a.RunID
+	}
+	return res, err
+}
+
+// Verify reads back every adjustment.
+func (s updateStockStep) Verify(ctx context.Context, a *runner.Attempt, _ *runner.Result) error {
+	as, err := s.adjustments(ctx, a)
+	if err != nil {
+		return err
+	}
+	st := s.e.ERP.Stock(a.Params.Shadow)
+	for _, want := range as {
+		got, ok, err := st.Get(ctx, want.Key)
+		if err != nil {
+			return runner.Temporary(err)
+		}
+		if !ok || got.QtyDelta != want.QtyDelta || got.ValueDeltaPaise != want.ValueDeltaPaise {
+			return fmt.Errorf("stock adjustment %s: want %d/%d, found %+v (present %t)", want.Key, want.QtyDelta, want.ValueDeltaPaise, got, ok)
+		}
+	}
+	return nil
+}

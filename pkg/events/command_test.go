@@ -1,0 +1,194 @@
+package events
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+)
+
+func TestDecodeCommandPlainStart(t *testing.T) {
+	t.Parallel()
+	m := &nats.Msg{Subject: RunStartSubject, Data: []byte(`{"run_id":"run-2026-10-13-ldh","warehouse":"ldh","date":"2026-10-13"}`)}
+	e, err := DecodeCommand(m, "seq-7")
+	if err != nil {
+		t.Fatalf("DecodeCommand: %v", err)
+	}
+	sameEvent(t, e, Event{ID: "seq-7", Type: TypeRunStart, Source: SourceNATSCLI, Subject: testRun, Data: m.Data})
+	var c StartCommand
+	if err := e.Unmarshal(&c); err != nil {
+		t.Fatalf("Unmarshal: %v", err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	if want := (StartCommand{RunID: testRun, Warehouse: "ldh", Date: "2026-10-13"}); c != want {
+		t.Fatalf("command = %+v, want %+v", c, want)
+	}
+}
+
+func TestDecodeCommandStartWithoutRunID(t *testing.T) {
+	t.Parallel()
+	m := &nats.Msg{Subject: RunStartSubject, Data: []byte(`{"request_id":"req-1","warehouse":"ldh","date":"2026-10-13","shadow":true}`)}
+	m.Header = nats.Header{"traceparent": {"00-abc-def-01"}}
+	e, err := DecodeCommand(m, "seq-1")
+	if err != nil {
+		t.Fatalf("DecodeCommand: %v", err)
+	}
+	if e.ID != "req-1" || e.Subject != "" || e.TraceParent != "00-abc-def-01" {
+		t.Fatalf("event = %s, want id req-1, no subject, the traceparent", show(e))
+	}
+	var c StartCommand
+	if err := e.Unmarshal(&c); err != nil {
+		t.Fatalf("Unmarshal: %v", err)
+	}
+	if got := c.RunIDOrDefault(); got != testRun {
+		t.Fatalf("RunIDOrDefault = %q, want %q", got, testRun)
+	}
+}
+
+func TestDecodeCommandEmptyApprove(t *testing.T) {
+	t.Parallel()
+	m := &nats.Msg{Subject: RunSubject(testRun, VerbApprove)}
+	e, err := DecodeCommand(m, "seq-42")
+	if err != nil {
+		t.Fatalf("DecodeCommand: %v", err)
+	}
+	sameEvent(t, e, Event{ID: "seq-42", Type: TypeRunApprove, Source: SourceNATSCLI, Subject: testRun, Data: []byte("{}")})
+	var c Command
+	if err := e.Unmarshal(&c); err != nil || c != (Command{}) {
+		t.Fatalf("Unmarshal = %+v, %v; want an empty command", c, err)
+	}
+}
+
+func TestDecodeCommandCloudEvent(t *testing.T) {
+	t.Parallel()
+	e := mustEvent(t, "req-9", TypeRunUndo, testRun, Command{RequestID: "req-9", Scope: &UndoScope{Step: "post-ledger"}})
+	m, err := Encode(RunSubject(testRun, VerbUndo), e)
+	if err != nil {
+		t.Fatalf("Encode: %v", err)
+	}
+	got, err := DecodeCommand(m, "seq-1")
+	if err != nil {
+		t.Fatalf("DecodeCommand: %v", err)
+	}
+	sameEvent(t, got, e)
+
+	start := mustEvent(t, "req-1", TypeRunStart, "", StartCommand{Warehouse: "ldh", Date: "2026-10-13"})
+	if m, err = Encode(RunStartSubject, start); err != nil {
+		t.Fatalf("Encode start: %v", err)
+	}
+	if got, err = DecodeCommand(m, "seq-2"); err != nil {
+		t.Fatalf("DecodeCommand start without subject: %v", err)
+	}
+	sameEvent(t, got, start)
+	if _, err := Decode(m); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Decode of a start without subject: err = %v, want ErrInvalid", err)
+	}
+}
+
+func TestDecodeCommandRefuses(t *testing.T) {
+	t.Parallel()
+	approve := mustEvent(t, "req-1", TypeRunApprove, testRun, Command{})
+	wrongType, _ := Encode(RunSubject(testRun, VerbCancel), approve)
+	wrongRun, _ := Encode(RunSubject("run-other", VerbApprove), approve)
+	cases := []struct {
+		name string
+		m    *nats.Msg
+		want string
+	}{
+		{"bad JSON", &nats.Msg{Subject: RunStartSubject, Data: []byte(`{"warehouse":`)}, "data is not JSON: unexpected end of JSON input"},
+		{"not an object", &nats.Msg{Subject: RunSubject(testRun, VerbResume), Data: []byte(`[1]`)}, "not a JSON object"},
+		{"dot in run_id", &nats.Msg{Subject: RunStartSubject, Data: []byte(`{"run_id":"run.1","warehouse":"ldh","date":"2026-10-13"}`)}, `run_id "run.1"`},
+		{"star in run_id", &nats.Msg{Subject: RunStartSubject, Data: []byte(`{"run_id":"run*","warehouse":"ldh","date":"2026-10-13"}`)}, `run_id "run*"`},
+		{"run_id not a string", &nats.Msg{Subject: RunStartSubject, Data: []byte(`{"run_id":7}`)}, "run_id is not a string"},
+		{"request_id with a space", &nats.Msg{Subject: RunSubject(testRun, VerbCancel), Data: []byte(`{"request_id":"a b"}`)}, `request_id "a b"`},
+		{"unknown verb", &nats.Msg{Subject: RunSubject(testRun, "explode")}, `unknown verb "explode"`},
+		{"dotted run in subject", &nats.Msg{Subject: "cairn.runs.run.1.approve"}, `subject "cairn.runs.run.1.approve"`},
+		{"star run in subject", &nats.Msg{Subject: "cairn.runs.*.approve"}, `"*"`},
+		{"type does not match subject", wrongType, "does not match the subject's"},
+		{"run does not match subject", wrongRun, `ce-subject "run-2026-10-13-ldh" does not match`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := DecodeCommand(tc.m, "seq-1")
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("err = %v, want ErrInvalid", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %q, want it to say %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecodeCommandNeedsAnID(t *testing.T) {
+	t.Parallel()
+	_, err := DecodeCommand(&nats.Msg{Subject: RunSubject(testRun, VerbCancel)}, "")
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "no request_id") {
+		t.Fatalf("err = %v, want ErrInvalid saying no request_id", err)
+	}
+}
+
+func TestStartCommandValidate(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name  string
+		c     StartCommand
+		field string // "" when valid
+	}{
+		{"valid", StartCommand{Warehouse: "ldh", Date: "2026-10-13"}, ""},
+		{"valid with everything", StartCommand{RequestID: "r:1", RunID: "run-x", Warehouse: "LDH_2", Date: "2026-02-28", Shadow: true}, ""},
+		{"missing warehouse", StartCommand{Date: "2026-10-13"}, "warehouse"},
+		{"dotted warehouse", StartCommand{Warehouse: "l.dh", Date: "2026-10-13"}, `warehouse "l.dh"`},
+		{"missing date", StartCommand{Warehouse: "ldh"}, "date is required"},
+		{"bad date", StartCommand{Warehouse: "ldh", Date: "13/10/2026"}, `date "13/10/2026"`},
+		{"impossible date", StartCommand{Warehouse: "ldh", Date: "2026-02-30"}, `date "2026-02-30"`},
+		{"short date", StartCommand{Warehouse: "ldh", Date: "2026-1-3"}, `date "2026-1-3"`},
+		{"starred run id", StartCommand{RunID: "run*", Warehouse: "ldh", Date: "2026-10-13"}, `run_id "run*"`},
+		{"long run id", StartCommand{RunID: strings.Repeat("r", 65), Warehouse: "ldh", Date: "2026-10-13"}, "run_id"},
+		{"request id with newline", StartCommand{RequestID: "a\nb", Warehouse: "ldh", Date: "2026-10-13"}, "request_id"},
+	}
+	for _, tc := range cases {
+		err := tc.c.Validate()
+		if tc.field == "" {
+			if err != nil {
+				t.Errorf("%s: Validate = %v, want nil", tc.name, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s: Validate = %v, want ErrInvalid naming %s", tc.name, err, tc.field)
+		}
+	}
+	explicit := StartCommand{RunID: "mine", Warehouse: "ldh", Date: "2026-10-13"}
+	if got := explicit.RunIDOrDefault(); got != "mine" {
+		t.Errorf("RunIDOrDefault = %q, want mine", got)
+	}
+}
+
+func TestCommandValidate(t *testing.T) {
+	t.Parallel()
+	good := []Command{{}, {From: "match"}, {Scope: &UndoScope{Supplier: "SUP-7", Step: "post-ledger"}}, {Scope: &UndoScope{}}}
+	for _, c := range good {
+		if err := c.Validate(); err != nil {
+			t.Errorf("Validate(%+v) = %v", c, err)
+		}
+	}
+	bad := []struct {
+		c     Command
+		field string
+	}{
+		{Command{From: "a.b"}, "from"},
+		{Command{Scope: &UndoScope{Supplier: "s*"}}, "scope.supplier"},
+		{Command{Scope: &UndoScope{Step: "x y"}}, "scope.step"},
+		{Command{RequestID: "a b"}, "request_id"},
+	}
+	for _, tc := range bad {
+		if err := tc.c.Validate(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("Validate(%+v) = %v, want ErrInvalid naming %s", tc.c, err, tc.field)
+		}
+	}
+}

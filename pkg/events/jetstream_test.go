@@ -1,0 +1,118 @@
+package events
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// startJetStream runs an embedded nats-server with JetStream for one test.
+func startJetStream(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+	})
+	if err != nil {
+		t.Fatalf("new server: %v", err)
+	}
+	s.Start()
+	t.Cleanup(s.Shutdown)
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	return js
+}
+
+// TestPublishDeduplicatesByID shows that the CloudEvent id, carried as
+// Nats-Msg-Id, makes a retried publish a duplicate, and that what the stream
+// stores decodes back to the event.
+func TestPublishDeduplicatesByID(t *testing.T) {
+	t.Parallel()
+	js := startJetStream(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:      "CAIRN_STEPS",
+		Subjects:  []string{"cairn.step.*.*"},
+		Retention: jetstream.WorkQueuePolicy,
+	})
+	if err != nil {
+		t.Fatalf("create stream: %v", err)
+	}
+	e := mustEvent(t, StepReadyID(testRun, "fetch", 1), TypeStepReady, testRun, StepReady{RunID: testRun, Step: "fetch"})
+	e.TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+	publish := func() *jetstream.PubAck {
+		m, err := Encode(StepSubject("fetch", testRun), e)
+		if err != nil {
+			t.Fatalf("Encode: %v", err)
+		}
+		ack, err := js.PublishMsg(ctx, m)
+		if err != nil {
+			t.Fatalf("PublishMsg: %v", err)
+		}
+		return ack
+	}
+	first, second := publish(), publish()
+	if first.Duplicate || first.Sequence != 1 {
+		t.Fatalf("first ack = %+v, want sequence 1, not a duplicate", first)
+	}
+	if !second.Duplicate || second.Sequence != first.Sequence {
+		t.Fatalf("second ack = %+v, want a duplicate of sequence %d", second, first.Sequence)
+	}
+
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatalf("stream info: %v", err)
+	}
+	if info.State.Msgs != 1 {
+		t.Fatalf("stream holds %d messages, want 1", info.State.Msgs)
+	}
+
+	cons, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable: "fetch", FilterSubject: "cairn.step.fetch.*", AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	if err != nil {
+		t.Fatalf("create consumer: %v", err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+	if err != nil {
+		t.Fatalf("Fetch: %v", err)
+	}
+	var got []Event
+	for jm := range batch.Messages() {
+		e, err := Decode(&nats.Msg{Subject: jm.Subject(), Header: jm.Headers(), Data: jm.Data()})
+		if err != nil {
+			t.Fatalf("Decode: %v", err)
+		}
+		got = append(got, e)
+		if err := jm.DoubleAck(ctx); err != nil {
+			t.Fatalf("ack: %v", err)
+		}
+	}
+	if err := batch.Error(); err != nil {
+		t.Fatalf("batch: %v", err)
+	}
+	if len(got) != 1 {
+		t.Fatalf("fetched %d events, want 1", len(got))
+	}
+	sameEvent(t, got[0], e)
+	var ready StepReady
+	if err := got[0].Unmarshal(&ready); err != nil || ready.Step != "fetch" {
+		t.Fatalf("Unmarshal = %+v, %v", ready, err)
+	}
+}

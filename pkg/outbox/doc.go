@@ -1,0 +1,55 @@
+// Package outbox queues outside messages (debit notes, reports, withdrawals,
+// handover notices) and delivers each of them once.
+//
+// # Model
+//
+// A step never talks to a mail server. It queues a [Message] with [Queue]: a
+// CloudEvent on cairn.outbox.<run_id>.<kind> in the CAIRN_OUTBOX stream, whose
+// Nats-Msg-Id is the message's idempotency key, so a step that repeats its queueing
+// after a crash queues nothing new. Keys are built from ids only
+// (<run_id>:debit:<supplier_id>, <run_id>:report, ...), never from time or attempts.
+//
+// A [Sender] consumes the stream (durable outbox-sender) and hands each message to a
+// [Transport]: [FileTransport] writes <hex sha256 of key>.eml files, [SMTPTransport]
+// talks to a local relay. [Render] makes the bytes, and makes the same bytes for the
+// same message every time: the Date header is the queueing time, the Message-ID and
+// X-Cairn-Key headers carry the key.
+//
+// # Marks
+//
+// Whether a message went is recorded in the cairn-outbox-sent bucket under
+// [MarkKey] (<run_id>.<hex sha256 of key>), never in the stream:
+//
+//	(none) --Create--> sending --Update(rev)--> sent
+//	(none) --Create--> cancelled                       (the compensator, with Cancel)
+//
+// The sender claims the mark as sending with Create before it delivers and moves it
+// to sent by compare-and-set after. Because both claims are Creates, exactly one of
+// "a sender took it" and "the compensator cancelled it" wins: a cancelled message is
+// never delivered, and a message the compensator could not cancel gets a withdrawal.
+// A sent mark means skip. A message that [SenderConfig].Admit refuses (an older
+// generation, a token below its step's commit) is acked with no mark at all: it was
+// never handed over, so a later Cancel still wins.
+//
+// # The one allowed repeat
+//
+// A sending mark found by a later turn means its sender died (or took longer than
+// the ack wait) between claiming and marking sent: the message may have gone. The
+// file transport can tell, since a file linked into place is complete: an existing
+// file is marked sent without being written again, a missing one is written. SMTP
+// cannot be asked afterwards, so the message is sent once more: that is the one
+// repeat DESIGN.md allows for each call in flight when its owner died. The repeat is
+// itself claimed by compare-and-set on the stale mark, so two senders that find it
+// do not both repeat; a sending mark seen after losing such a race belongs to a live
+// sender, and the message is retried later instead.
+//
+// # Settling
+//
+// Sent, already sent, cancelled and dropped messages are acked. Temporary failures
+// (the relay is down, a 4xx reply, a bucket write that timed out) are handed back with
+// NakWithDelay, from 100 ms growing to 5 s by delivery count. An undecodable message
+// goes to [SenderConfig].Rejected and is terminated; a message the outside system
+// refused for good ([ErrPermanent], an SMTP 5xx) goes to [SenderConfig].Dropped and is
+// terminated with its mark left at sending, so the run does not reach done and a
+// person looks at it.
+package outbox

@@ -1,0 +1,28 @@
+package outbox
+
+import "errors"
+
+var (
+	// ErrInvalid marks a message that can never be queued or sent as it is:
+	// a missing key, a run id or kind that would break the subject, no recipient,
+	// an event that does not decode.
+	ErrInvalid = errors.New("invalid outbox message")
+
+	// ErrPermanent marks a delivery the outside system refused for good (an SMTP 5xx
+	// reply). Retrying the same message would be refused again.
+	ErrPermanent = errors.New("delivery refused")
+
+	// ErrUnknownMark is returned for a cairn-outbox-sent value that is none of
+	// sending, sent or cancelled.
+	ErrUnknownMark = errors.New("unknown outbox mark")
+
+	// ErrConfig is returned by NewSender for a configuration it cannot run with.
+	ErrConfig = errors.New("invalid sender config")
+
+	// errBusy means another live sender holds the message's mark right now: retry later.
+	errBusy = errors.New("another sender is delivering the message")
+
+	// errConsumeEnded means the consumer stopped although Run was not told to stop
+	// (the consumer was deleted, the connection closed).
+	errConsumeEnded = errors.New("consumer stopped on its own")
+)

@@ -1,0 +1,107 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"net/mail"
+	"regexp"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/pkg/events"
+)
+
+// Message is one outside message, queued on CAIRN_OUTBOX under its key.
+type Message struct {
+	Key        string    `json:"key"` // idempotency key, e.g. run-x:debit:SUP-07
+	RunID      string    `json:"run_id"`
+	Kind       string    `json:"kind"` // subject token: "debit", "report", "withdraw", "handover"
+	Step       string    `json:"step"`
+	Generation int       `json:"generation"`
+	Token      uint64    `json:"token"` // lease token of the step attempt that queued it
+	Shadow     bool      `json:"shadow"`
+	From       string    `json:"from"`
+	To         []string  `json:"to"`
+	Subject    string    `json:"subject"`
+	Body       string    `json:"body"`
+	QueuedAt   time.Time `json:"queued_at"` // becomes the Date: header, so the mail is deterministic
+}
+
+// maxKeyLen keeps a key well inside one header line (Message-ID, X-Cairn-Key).
+const maxKeyLen = 512
+
+// idPattern is DESIGN.md's rule for run ids, step names and other subject tokens.
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// validate returns one sentence per broken rule, wrapped in ErrInvalid.
+func (m Message) validate() error {
+	var problems []string
+	if m.Key == "" {
+		problems = append(problems, "key is empty")
+	} else if len(m.Key) > maxKeyLen {
+		problems = append(problems, fmt.Sprintf("key is longer than %d bytes", maxKeyLen))
+	} else if strings.ContainsFunc(m.Key, badKeyRune) {
+		problems = append(problems, "key holds a space, a control character or an angle bracket")
+	}
+	if !idPattern.MatchString(m.RunID) {
+		problems = append(problems, fmt.Sprintf("run_id %q does not match %s", m.RunID, idPattern))
+	}
+	if !idPattern.MatchString(m.Kind) {
+		problems = append(problems, fmt.Sprintf("kind %q does not match %s", m.Kind, idPattern))
+	}
+	if !idPattern.MatchString(m.Step) {
+		problems = append(problems, fmt.Sprintf("step %q does not match %s", m.Step, idPattern))
+	}
+	if m.Generation < 0 {
+		problems = append(problems, "generation is negative")
+	}
+	if _, err := mail.ParseAddress(m.From); err != nil {
+		problems = append(problems, fmt.Sprintf("from %q is not an address", m.From))
+	}
+	if len(m.To) == 0 {
+		problems = append(problems, "to names nobody")
+	}
+	for _, to := range m.To {
+		if _, err := mail.ParseAddress(to); err != nil {
+			problems = append(problems, fmt.Sprintf("to %q is not an address", to))
+		}
+	}
+	if strings.ContainsAny(m.Subject, "\r\n") {
+		problems = append(problems, "subject holds a line break")
+	}
+	if m.QueuedAt.IsZero() {
+		problems = append(problems, "queued_at is not set")
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w %q: %s", ErrInvalid, m.Key, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+func badKeyRune(r rune) bool {
+	return unicode.IsSpace(r) || unicode.IsControl(r) || r == '<' || r == '>'
+}
+
+// Queue publishes m as a CloudEvent (TypeOutbox, source "/cairn/<m.Step>") on
+// events.OutboxSubject(m.RunID, m.Kind) with Nats-Msg-Id = m.Key, and waits for the
+// PubAck. A duplicate ack is success: the message is already queued.
+func Queue(ctx context.Context, js jetstream.JetStream, m Message) error {
+	if err := m.validate(); err != nil {
+		return err
+	}
+	e, err := events.New(m.Key, events.TypeOutbox, "/cairn/"+m.Step, m.RunID, m.QueuedAt, m)
+	if err != nil {
+		return fmt.Errorf("building outbox event %q: %w", m.Key, err)
+	}
+	msg, err := events.Encode(events.OutboxSubject(m.RunID, m.Kind), e)
+	if err != nil {
+		return fmt.Errorf("encoding outbox event %q: %w", m.Key, err)
+	}
+	if _, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(m.Key)); err != nil {
+		return fmt.Errorf("queueing outbox message %q: %w", m.Key, err)
+	}
+	return nil
+}

@@ -1,0 +1,322 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/pkg/events"
+)
+
+// Log attribute keys.
+const (
+	attrRunID  = "run_id"
+	attrKey    = "key"
+	attrStep   = "step"
+	attrMark   = "mark"
+	attrReason = "reason"
+	attrError  = "error"
+	attrDelay  = "delay"
+)
+
+// maxMarkRaces bounds how often one turn follows a mark another writer moved.
+const maxMarkRaces = 3
+
+// settleTimeout bounds an ack, so a stop or a slow server cannot hold a turn forever.
+const settleTimeout = 5 * time.Second
+
+// Sender delivers the messages queued on CAIRN_OUTBOX, at most once each but for
+// the one allowed repeat (see the package documentation).
+type Sender struct {
+	c SenderConfig
+
+	mu sync.Mutex
+	kv jetstream.KeyValue // looked up on first use
+}
+
+// NewSender checks c, fills its defaults and returns a Sender.
+func NewSender(c SenderConfig) (*Sender, error) {
+	c = c.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Sender{c: c}, nil
+}
+
+// outcome is how a turn ended without an error.
+type outcome int
+
+const (
+	delivered    outcome = iota // handed over now
+	found                       // a sending mark whose delivery had landed: marked sent
+	alreadySent                 // a sent mark: skipped
+	wasCancelled                // a cancelled mark: never sent
+	dropped                     // Admit refused it
+)
+
+func (o outcome) String() string {
+	return [...]string{"delivered", "found delivered", "already sent", "cancelled", "dropped"}[o]
+}
+
+// Handle processes one message and settles it: Ack when it is sent, was sent,
+// is cancelled or is dropped; NakWithDelay on a temporary error; TermWithReason
+// when it cannot be decoded or the outside system refused it for good. It returns
+// nil when the message was acked, else the error that decided otherwise.
+func (s *Sender) Handle(ctx context.Context, msg jetstream.Msg) error {
+	ctx, cancel := context.WithTimeout(ctx, s.c.Timeout)
+	defer cancel()
+
+	m, err := decode(msg)
+	if err != nil {
+		return s.reject(ctx, msg, err)
+	}
+	log := s.c.Logger.With(slog.String(attrRunID, m.RunID), slog.String(attrKey, m.Key), slog.String(attrStep, m.Step))
+
+	kv, err := s.bucket(ctx)
+	if err == nil {
+		var out outcome
+		var reason string
+		out, reason, err = s.process(ctx, kv, msg, m)
+		if err == nil {
+			return s.ack(ctx, msg, m, out, reason, log)
+		}
+	}
+	if errors.Is(err, ErrPermanent) || errors.Is(err, ErrInvalid) {
+		log.Error("outbox message refused for good", slog.String(attrError, err.Error()))
+		if s.c.Dropped != nil {
+			s.c.Dropped(ctx, m, err.Error())
+		}
+		_ = msg.TermWithReason(truncate(err.Error(), 256))
+		return err
+	}
+	delay := backoff(msg)
+	log.Warn("outbox message will be retried", slog.String(attrError, err.Error()), slog.Duration(attrDelay, delay))
+	_ = msg.NakWithDelay(delay)
+	return err
+}
+
+// process walks the mark rules of DESIGN.md ("Mail, the outbox ...") for m.
+func (s *Sender) process(ctx context.Context, kv jetstream.KeyValue, msg jetstream.Msg, m Message) (outcome, string, error) {
+	// raced is set once another writer moved the mark under us: from then on a
+	// sending mark is a live sender's, not a dead one's.
+	raced := false
+	for range maxMarkRaces {
+		mark, rev, err := readMark(ctx, kv, m.RunID, m.Key)
+		if err != nil {
+			return 0, "", err
+		}
+		switch mark {
+		case Sent:
+			return alreadySent, "", nil
+		case Cancelled:
+			return wasCancelled, "", nil
+		case Sending:
+			if raced {
+				return 0, "", fmt.Errorf("delivering %q: %w", m.Key, errBusy)
+			}
+			// The sender that wrote this mark died (or was too slow): the message may have gone.
+			went, err := s.c.Transport.Delivered(ctx, m)
+			if err != nil {
+				return 0, "", err
+			}
+			if went {
+				return found, "", s.finish(ctx, kv, m, rev)
+			}
+		}
+		if ok, reason, err := s.admit(ctx, m); err != nil || !ok {
+			return dropped, reason, err
+		}
+		var won bool
+		if mark == "" {
+			rev, won, err = claimMark(ctx, kv, m.RunID, m.Key, Sending)
+		} else {
+			// Re-claim the stale mark, so that of two senders finding it only one repeats the call.
+			rev, won, err = moveMark(ctx, kv, m.RunID, m.Key, Sending, rev)
+		}
+		if err != nil {
+			return 0, "", err
+		}
+		if !won {
+			raced = true
+			continue
+		}
+		s.marked(ctx, m.RunID)
+		// Tell the server this turn is alive before the one call that may take long.
+		_ = msg.InProgress()
+		if err := s.c.Transport.Deliver(ctx, m, Render(m)); err != nil {
+			return 0, "", err
+		}
+		return delivered, "", s.finish(ctx, kv, m, rev)
+	}
+	return 0, "", fmt.Errorf("delivering %q: mark moved %d times: %w", m.Key, maxMarkRaces, errBusy)
+}
+
+func (s *Sender) admit(ctx context.Context, m Message) (bool, string, error) {
+	if s.c.Admit == nil {
+		return true, "", nil
+	}
+	ok, reason, err := s.c.Admit(ctx, m)
+	if err != nil {
+		return false, "", fmt.Errorf("admitting %q: %w", m.Key, err)
+	}
+	return ok, reason, nil
+}
+
+// finish moves the mark from sending (at rev) to sent. The delivery has happened,
+// so a failed write is retried a few times here: each failure left standing costs
+// an SMTP message its one repeat. It gets its own deadline: a delivery that used up
+// the turn's time must still be recorded.
+func (s *Sender) finish(ctx context.Context, kv jetstream.KeyValue, m Message, rev uint64) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	delay := 100 * time.Millisecond
+	for try := 1; ; try++ {
+		_, ok, err := moveMark(ctx, kv, m.RunID, m.Key, Sent, rev)
+		if err == nil && ok {
+			s.marked(ctx, m.RunID)
+			return nil
+		}
+		if err == nil {
+			// Another sender moved the mark: it finished the message, or it
+			// re-claimed it and will finish it. Either way this delivery is done.
+			mark, _, rerr := readMark(ctx, kv, m.RunID, m.Key)
+			if rerr != nil {
+				return rerr
+			}
+			if mark != Sent {
+				s.c.Logger.Warn("outbox mark moved while delivering", slog.String(attrKey, m.Key), slog.String(attrMark, string(mark)))
+			}
+			return nil
+		}
+		if try == 3 {
+			return err
+		}
+		if werr := wait(ctx, delay); werr != nil {
+			return fmt.Errorf("marking outbox message %q sent: %w", m.Key, errors.Join(err, werr))
+		}
+		delay *= 2
+	}
+}
+
+func (s *Sender) marked(ctx context.Context, runID string) {
+	if s.c.Marked != nil {
+		s.c.Marked(ctx, runID)
+	}
+}
+
+// ack acknowledges a message whose turn is over and reports the outcome.
+func (s *Sender) ack(ctx context.Context, msg jetstream.Msg, m Message, out outcome, reason string, log *slog.Logger) error {
+	switch out {
+	case dropped:
+		log.Warn("outbox message dropped", slog.String(attrReason, reason))
+		if s.c.Dropped != nil {
+			s.c.Dropped(ctx, m, reason)
+		}
+	case delivered, found:
+		log.Info("outbox message sent", slog.String("how", out.String()))
+	default:
+		log.Debug("outbox message skipped", slog.String("how", out.String()))
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if err := msg.DoubleAck(actx); err != nil {
+		return fmt.Errorf("acking outbox message %q: %w", m.Key, err)
+	}
+	return nil
+}
+
+// reject records an undecodable message and terminates it: retrying cannot help.
+func (s *Sender) reject(ctx context.Context, msg jetstream.Msg, err error) error {
+	s.c.Logger.Error("outbox message rejected", slog.String("subject", msg.Subject()), slog.String(attrError, err.Error()))
+	if s.c.Rejected != nil {
+		s.c.Rejected(ctx, msg, err)
+	}
+	_ = msg.TermWithReason(truncate(err.Error(), 256))
+	return err
+}
+
+// bucket looks cairn-outbox-sent up once.
+func (s *Sender) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.kv != nil {
+		return s.kv, nil
+	}
+	kv, err := s.c.JS.KeyValue(ctx, s.c.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("looking up bucket %q: %w", s.c.Bucket, err)
+	}
+	s.kv = kv
+	return kv, nil
+}
+
+// decode turns a stream message back into the Message that Queue published.
+func decode(msg jetstream.Msg) (Message, error) {
+	e, err := events.Decode(&nats.Msg{Subject: msg.Subject(), Header: msg.Headers(), Data: msg.Data()})
+	if err != nil {
+		return Message{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if e.Type != events.TypeOutbox {
+		return Message{}, fmt.Errorf("%w: type %q on %q is not %s", ErrInvalid, e.Type, msg.Subject(), events.TypeOutbox)
+	}
+	var m Message
+	if err := e.Unmarshal(&m); err != nil {
+		return Message{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := m.validate(); err != nil {
+		return Message{}, err
+	}
+	if e.ID != m.Key || e.Subject != m.RunID {
+		return Message{}, fmt.Errorf("%w: event %q of run %q carries message %q of run %q", ErrInvalid, e.ID, e.Subject, m.Key, m.RunID)
+	}
+	if want := events.OutboxSubject(m.RunID, m.Kind); msg.Subject() != want {
+		return Message{}, fmt.Errorf("%w: message %q arrived on %q, not %q", ErrInvalid, m.Key, msg.Subject(), want)
+	}
+	return m, nil
+}
+
+// backoff is the NakWithDelay of a message that failed for now.
+func backoff(msg jetstream.Msg) time.Duration {
+	n := uint64(1)
+	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 0 {
+		n = md.NumDelivered
+	}
+	return backoffFor(n)
+}
+
+// backoffFor grows from 100 ms by the delivery count n (1 on the first
+// delivery), doubling up to 5 s.
+func backoffFor(n uint64) time.Duration {
+	const lo, hi = 100 * time.Millisecond, 5 * time.Second
+	if n < 1 {
+		n = 1
+	}
+	if n > 7 { // 100 ms << 6 is already past hi
+		return hi
+	}
+	return min(lo<<(n-1), hi)
+}
+
+func wait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
