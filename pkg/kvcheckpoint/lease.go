@@ -144,4 +144,3 @@ func describe(l *Lease) string {
 }
 
 func writeID() string { return "w-" + nuid.Next() }
-

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/cairnhq/cairn/internal/service"
+	"github.com/cairnhq/cairn/pkg/assets"
+)
+
+func cmdInit(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("init", flag.ContinueOnError)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c, err := service.Load()
+	if err != nil {
+		return err
+	}
+	nc, js, err := service.Connect(c, "init")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if err := assets.Ensure(ctx, js, c.Assets()); err != nil {
+		return err
+	}
+	fmt.Println("every asset exists and matches its definition")
+	return nil
+}
+
+func cmdDev(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	verbose := fs.Bool("v", false, "log every service's work")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c, err := service.Load()
+	if err != nil {
+		return err
+	}
+	s, err := embedded(c)
+	if err != nil {
+		return err
+	}
+	defer func() { s.Shutdown(); s.WaitForShutdown() }()
+	nc, js, err := service.Connect(c, "dev")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if err := assets.Ensure(ctx, js, c.Assets()); err != nil {
+		return err
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	d, err := service.Open(ctx, c, js, log)
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- d.RunAll(ctx, service.Services()...) }()
+	fmt.Println("ready")
+	return <-errc
+}
+
+// embedded starts a nats-server with JetStream on CAIRN_NATS_URL's address, storing under
+// $CAIRN_DATA_DIR/nats.
+func embedded(c service.Config) (*server.Server, error) {
+	u, err := url.Parse(c.NATSURL)
+	if err != nil {
+		return nil, fmt.Errorf("CAIRN_NATS_URL %q: %w", c.NATSURL, err)
+	}
+	host, portText, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return nil, fmt.Errorf("CAIRN_NATS_URL %q needs host:port: %w", c.NATSURL, err)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		return nil, fmt.Errorf("CAIRN_NATS_URL %q: port %q: %w", c.NATSURL, portText, err)
+	}
+	opts := &server.Options{
+		ServerName: "cairn-dev", Host: host, Port: port, JetStream: true,
+		StoreDir: filepath.Join(c.DataDir, "nats"), NoSigs: true, NoLog: true,
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats-server: %w", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(15 * time.Second) {
+		return nil, fmt.Errorf("embedded nats-server on %s did not start", u.Host)
+	}
+	return s, nil
+}

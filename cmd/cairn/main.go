@@ -1,0 +1,74 @@
+// Command cairn is the operator's tool: it creates the NATS assets, runs everything in one
+// process for development, generates the reference night, starts runs and shows them.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: cairn <command> [flags]
+
+commands:
+  init      create the NATS assets, or check the existing ones
+  dev       run an embedded nats-server, init, and every service in one process
+  gen       generate one night's data (invoices, ERP tables, ground truth)
+  start     start a run (--wait to follow it until it is done)
+  status    print a run's checkpoint (--json for the raw record)
+  demo      run the reference night with a real crash at entry 24 of post-ledger, and resume it
+
+Settings come from CAIRN_* environment variables (see README.md).
+Run 'cairn <command> -h' for a command's flags.`
+
+// errUsage: the command line was wrong; exit 2.
+var errUsage = errors.New("usage")
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, usage)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cmds := map[string]func(context.Context, []string) error{
+		"init": cmdInit, "dev": cmdDev, "gen": cmdGen, "start": cmdStart, "status": cmdStatus, "demo": cmdDemo,
+	}
+	name := os.Args[1]
+	if name == "-h" || name == "--help" || name == "help" {
+		fmt.Println(usage)
+		return
+	}
+	cmd, ok := cmds[name]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "cairn: unknown command %q\n\n%s\n", name, usage)
+		os.Exit(2)
+	}
+	err := cmd(ctx, os.Args[2:])
+	var code exitCode
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(os.Stderr, "cairn %s: %v\n", name, err)
+		os.Exit(2)
+	case errors.As(err, &code):
+		fmt.Fprintf(os.Stderr, "cairn %s: %v\n", name, err)
+		os.Exit(code.code)
+	default:
+		fmt.Fprintf(os.Stderr, "cairn %s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
+
+// exitCode carries a specific exit code (a run handed over: 3).
+type exitCode struct {
+	code int
+	err  error
+}
+
+func (e exitCode) Error() string { return e.err.Error() }

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/cairnhq/cairn/internal/recon"
+	"github.com/cairnhq/cairn/internal/service"
+	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/events"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+)
+
+func cmdGen(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
+	wh := fs.String("warehouse", "ldh", "warehouse code")
+	date := fs.String("date", "2026-10-13", "night's date, YYYY-MM-DD")
+	inv := fs.Int("invoices", 312, "readable invoices")
+	mis := fs.Int("mismatches", 40, "mismatching lines")
+	unr := fs.Int("unreadable", 0, "extra invoices nobody can read")
+	seed := fs.Int64("seed", 1, "random seed")
+	out := fs.String("out", "", "acts as CAIRN_DATA_DIR")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c, err := service.Load()
+	if err != nil {
+		return err
+	}
+	inbox, erp, truth := c.InboxDir, filepathFromDSN(c.ERPDSN), filepath.Join(c.DataDir, "truth")
+	if *out != "" {
+		inbox, erp, truth = filepath.Join(*out, "inbox"), filepath.Join(*out, "erp.db"), filepath.Join(*out, "truth")
+	}
+	if erp == "" {
+		return fmt.Errorf("%w: gen writes a SQLite ERP database; CAIRN_ERP_DSN is %q", errUsage, c.ERPDSN)
+	}
+	if err := os.MkdirAll(filepath.Dir(erp), 0o755); err != nil {
+		return err
+	}
+	t, err := recon.Generate(ctx, recon.GenConfig{Warehouse: *wh, Date: *date, Invoices: *inv, Mismatches: *mis,
+		Unreadable: *unr, Seed: *seed, InboxDir: inbox, ERPPath: erp, TruthDir: truth})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("generated %d invoices (%d unreadable), %d mismatches, %d debit notes for %s %s\n",
+		t.Invoices+len(t.Parked), len(t.Parked), len(t.Adjustments), len(t.DebitNotes), *wh, *date)
+	return nil
+}
+
+func filepathFromDSN(dsn string) string {
+	if p, ok := cutPrefix(dsn, "sqlite:"); ok {
+		return p
+	}
+	return ""
+}
+
+func cutPrefix(s, p string) (string, bool) {
+	if len(s) >= len(p) && s[:len(p)] == p {
+		return s[len(p):], true
+	}
+	return "", false
+}
+
+func cmdStart(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("start", flag.ContinueOnError)
+	wh := fs.String("warehouse", "", "warehouse code (required)")
+	date := fs.String("date", "", "night's date, YYYY-MM-DD (required)")
+	runID := fs.String("run-id", "", "run id (default run-<date>-<warehouse>)")
+	shadow := fs.Bool("shadow", false, "write to the shadow tables and mail folder")
+	wait := fs.Bool("wait", false, "follow the run until it is done; exit 3 when it is handed over")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cmd := events.StartCommand{RequestID: "cli-" + nuid.Next(), RunID: *runID, Warehouse: *wh, Date: *date, Shadow: *shadow}
+	if err := cmd.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	c, err := service.Load()
+	if err != nil {
+		return err
+	}
+	nc, js, err := service.Connect(c, "cli")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	run := cmd.RunIDOrDefault()
+	e, err := events.New(cmd.RequestID, events.TypeRunStart, "/cairn/cli", run, time.Now(), cmd)
+	if err != nil {
+		return err
+	}
+	m, err := events.Encode(events.RunStartSubject, e)
+	if err != nil {
+		return err
+	}
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("publishing the start (is cairn dev or the supervisor running?): %w", err)
+	}
+	fmt.Printf("started %s\n", run)
+	if !*wait {
+		return nil
+	}
+	return follow(ctx, js, run)
+}
+
+// follow prints the run's progress until it is done or handed over.
+func follow(ctx context.Context, js jetstream.JetStream, run string) error {
+	store, err := kc.Open(ctx, js, assets.BucketRuns)
+	if err != nil {
+		return err
+	}
+	w, err := store.KV().Watch(ctx, run)
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	last := ""
+	for e := range w.Updates() {
+		if e == nil || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		r, err := kc.Decode(e.Value())
+		if err != nil {
+			return err
+		}
+		line := progress(r)
+		if line != last {
+			fmt.Println(line)
+			last = line
+		}
+		switch r.Status {
+		case kc.Done:
+			return nil
+		case kc.HandedOver, kc.Cancelled:
+			return exitCode{code: 3, err: fmt.Errorf("run %s is %s: %s", run, r.Status, r.NextAction)}
+		}
+	}
+	return ctx.Err()
+}
+
+func progress(r *kc.Record) string {
+	done := 0
+	for _, s := range r.Pipeline {
+		if r.Step(s).Status == kc.Verified {
+			done++
+		}
+	}
+	cur := r.Current()
+	if cur == "" {
+		cur = "-"
+	}
+	return fmt.Sprintf("%s  %-9s step %d of %d (%s)  %s", r.RunID, r.Status, min(done+1, len(r.Pipeline)), len(r.Pipeline), cur, r.NextAction)
+}
+
+func cmdStatus(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	raw := fs.Bool("json", false, "print the raw checkpoint record")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("%w: status RUN", errUsage)
+	}
+	c, err := service.Load()
+	if err != nil {
+		return err
+	}
+	nc, js, err := service.Connect(c, "cli")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	kv, err := js.KeyValue(ctx, assets.BucketRuns)
+	if err != nil {
+		return err
+	}
+	e, err := kv.Get(ctx, fs.Arg(0))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("no run %q", fs.Arg(0))
+	}
+	if err != nil {
+		return err
+	}
+	if *raw {
+		fmt.Println(string(e.Value()))
+		return nil
+	}
+	r, err := kc.Decode(e.Value())
+	if err != nil {
+		return err
+	}
+	printRecord(r, e.Revision())
+	return nil
+}
+
+func printRecord(r *kc.Record, rev uint64) {
+	fmt.Printf("run        %s (revision %d)\nparams     warehouse %s, date %s, shadow %t\nstatus     %s\nrestarts   %d   generation %d\nnext       %s\n",
+		r.RunID, rev, r.Params.Warehouse, r.Params.Date, r.Params.Shadow, r.Status, r.Restarts, r.Generation, r.NextAction)
+	if r.Lease != nil {
+		fmt.Printf("lease      %s, step %s, token %d\n", r.Lease.Owner, r.Lease.Step, r.Lease.Token)
+	}
+	if r.Handover != nil {
+		fmt.Printf("handover   %s\n", *r.Handover)
+	}
+	fmt.Println("steps:")
+	for i, name := range r.Pipeline {
+		s := r.Step(name)
+		line := fmt.Sprintf("  %d. %-13s %-11s attempts %d", i+1, name, s.Status, s.Attempts)
+		if s.Effects != nil {
+			line += fmt.Sprintf(", %d keys", s.Effects.Keys)
+		}
+		if s.ParkedCount > 0 {
+			line += fmt.Sprintf(", %d parked", s.ParkedCount)
+		}
+		if s.LastError != nil {
+			line += ", last error: " + *s.LastError
+		}
+		fmt.Println(line)
+	}
+}
+

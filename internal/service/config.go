@@ -1,0 +1,112 @@
+// Package service wires Cairn's services from the environment: configuration, the NATS
+// connection, the assets check, and the run loop of each service.
+package service
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+)
+
+// Config is read from the environment (prefix CAIRN_), only in mains.
+type Config struct {
+	NATSURL         string        `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222"`
+	NATSCreds       string        `envconfig:"NATS_CREDS"`
+	DataDir         string        `envconfig:"DATA_DIR" default:"./.cairn"`
+	InboxDir        string        `envconfig:"INBOX_DIR"`
+	LedgerDSN       string        `envconfig:"LEDGER_DSN"`
+	ERPDSN          string        `envconfig:"ERP_DSN"`
+	SMTPAddr        string        `envconfig:"SMTP_ADDR"`
+	MailDir         string        `envconfig:"MAIL_DIR"`
+	Heartbeat       time.Duration `envconfig:"HEARTBEAT" default:"5s"`
+	Lease           time.Duration `envconfig:"LEASE" default:"15s"`
+	AckWait         time.Duration `envconfig:"ACK_WAIT" default:"30s"`
+	MaxDeliver      int           `envconfig:"MAX_DELIVER" default:"20"`
+	RetryAttempts   int           `envconfig:"RETRY_ATTEMPTS" default:"3"`
+	LoopGuard       int           `envconfig:"LOOP_GUARD" default:"3"`
+	ParkLimit       float64       `envconfig:"PARK_LIMIT" default:"0.1"`
+	StallTimeout    time.Duration `envconfig:"STALL_TIMEOUT" default:"10m"`
+	ReassignLimit   int           `envconfig:"REASSIGN_LIMIT" default:"5"`
+	TakeoverGap     time.Duration `envconfig:"TAKEOVER_GAP" default:"500ms"`
+	ApprovalSteps   []string      `envconfig:"APPROVAL_STEPS"`
+	ApprovalTimeout time.Duration `envconfig:"APPROVAL_TIMEOUT" default:"24h"`
+	Replicas        int           `envconfig:"REPLICAS" default:"1"`
+	MetricsAddr     string        `envconfig:"METRICS_ADDR"`
+	ModelURL        string        `envconfig:"MODEL_URL"`
+	ModelName       string        `envconfig:"MODEL_NAME"`
+	ModelKey        string        `envconfig:"MODEL_KEY"`
+	ModelRPS        float64       `envconfig:"MODEL_RPS" default:"5"`
+	NotifyEmail     string        `envconfig:"NOTIFY_EMAIL"`
+	NotifyWebhook   string        `envconfig:"NOTIFY_WEBHOOK"`
+	NotifySecret    string        `envconfig:"NOTIFY_SECRET"`
+	Faults          string        `envconfig:"FAULTS"`
+}
+
+// Load reads the environment, fills the derived defaults and validates.
+func Load() (Config, error) {
+	var c Config
+	if err := envconfig.Process("cairn", &c); err != nil {
+		return c, fmt.Errorf("configuration: %w", err)
+	}
+	c.fill()
+	return c, c.Validate()
+}
+
+func (c *Config) fill() {
+	if c.InboxDir == "" {
+		c.InboxDir = filepath.Join(c.DataDir, "inbox")
+	}
+	if c.LedgerDSN == "" {
+		c.LedgerDSN = "sqlite:" + filepath.Join(c.DataDir, "ledger.db")
+	}
+	if c.ERPDSN == "" {
+		c.ERPDSN = "sqlite:" + filepath.Join(c.DataDir, "erp.db")
+	}
+	if c.MailDir == "" {
+		c.MailDir = filepath.Join(c.DataDir, "mail")
+	}
+}
+
+// Validate returns one sentence per broken rule, naming the variable.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if !strings.HasPrefix(c.NATSURL, "nats://") && !strings.HasPrefix(c.NATSURL, "tls://") {
+		bad("CAIRN_NATS_URL %q must start with nats:// or tls://", c.NATSURL)
+	}
+	if c.Heartbeat <= 0 {
+		bad("CAIRN_HEARTBEAT must be positive, not %s", c.Heartbeat)
+	}
+	if c.Lease < 3*c.Heartbeat {
+		bad("CAIRN_LEASE (%s) must be at least 3 × CAIRN_HEARTBEAT (%s)", c.Lease, c.Heartbeat)
+	}
+	if c.AckWait < c.Lease {
+		bad("CAIRN_ACK_WAIT (%s) must be at least CAIRN_LEASE (%s)", c.AckWait, c.Lease)
+	}
+	if c.MaxDeliver < 2 {
+		bad("CAIRN_MAX_DELIVER must be at least 2, not %d", c.MaxDeliver)
+	}
+	if c.RetryAttempts < 1 {
+		bad("CAIRN_RETRY_ATTEMPTS must be at least 1, not %d", c.RetryAttempts)
+	}
+	if c.LoopGuard < 1 {
+		bad("CAIRN_LOOP_GUARD must be at least 1, not %d", c.LoopGuard)
+	}
+	if c.ParkLimit < 0 || c.ParkLimit > 1 {
+		bad("CAIRN_PARK_LIMIT must be between 0 and 1, not %v", c.ParkLimit)
+	}
+	if c.Replicas != 1 && c.Replicas != 3 && c.Replicas != 5 {
+		bad("CAIRN_REPLICAS must be 1, 3 or 5, not %d", c.Replicas)
+	}
+	if c.TakeoverGap <= 0 {
+		bad("CAIRN_TAKEOVER_GAP must be positive, not %s", c.TakeoverGap)
+	}
+	if c.ModelURL != "" {
+		bad("CAIRN_MODEL_URL is set, but this version has only the rule-based extractor; leave it empty")
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,75 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/cairnhq/cairn/internal/night"
+)
+
+// Services lists every service a deployment runs.
+func Services() []string {
+	return append(night.Pipeline.Names(), "outbox-sender", "supervisor")
+}
+
+// Main is the whole of a service's main: it reads the configuration, connects, checks the
+// assets, and runs the named services until SIGINT or SIGTERM. It exits 0 on a clean stop,
+// 2 on a wrong setting, 1 on any other failure.
+func Main(names ...string) {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	c, err := Load()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := Run(ctx, c, log, names...); err != nil {
+		log.Error("service stopped", slog.Any("error", err))
+		os.Exit(1)
+	}
+}
+
+// Run connects and runs the named services until ctx ends.
+func Run(ctx context.Context, c Config, log *slog.Logger, names ...string) error {
+	nc, js, err := Connect(c, names[0])
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	d, err := Open(ctx, c, js, log)
+	if err != nil {
+		return err
+	}
+	return d.RunAll(ctx, names...)
+}
+
+// RunAll runs the named services in one process until ctx ends.
+func (d *Deps) RunAll(ctx context.Context, names ...string) error {
+	env, closeEnv, err := d.NightEnv(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeEnv()
+	g, ctx := errgroup.WithContext(ctx)
+	for _, name := range names {
+		switch name {
+		case "supervisor":
+			g.Go(func() error { return d.RunSupervisor(ctx) })
+		case "outbox-sender":
+			g.Go(func() error { return d.RunOutboxSender(ctx) })
+		default:
+			if _, ok := night.Pipeline.Step(name); !ok {
+				return fmt.Errorf("unknown service %q", name)
+			}
+			g.Go(func() error { return d.RunStep(ctx, env, name) })
+		}
+	}
+	return g.Wait()
+}

@@ -1,0 +1,206 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/internal/books"
+	"github.com/cairnhq/cairn/internal/night"
+	"github.com/cairnhq/cairn/internal/recon"
+	"github.com/cairnhq/cairn/pkg/artifacts"
+	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/audit"
+	"github.com/cairnhq/cairn/pkg/events"
+	"github.com/cairnhq/cairn/pkg/faults"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/outbox"
+	"github.com/cairnhq/cairn/pkg/runner"
+	"github.com/cairnhq/cairn/pkg/supervisor"
+)
+
+// Assets is the asset configuration for c.
+func (c Config) Assets() assets.Config {
+	return assets.Config{Replicas: c.Replicas, Steps: night.Pipeline.Names(), AckWait: c.AckWait, MaxDeliver: c.MaxDeliver}
+}
+
+// Connect connects to NATS as name.
+func Connect(c Config, name string) (*nats.Conn, jetstream.JetStream, error) {
+	opts := []nats.Option{nats.Name("cairn-" + name), nats.MaxReconnects(-1)}
+	if c.NATSCreds != "" {
+		opts = append(opts, nats.UserCredentials(c.NATSCreds))
+	}
+	nc, err := nats.Connect(c.NATSURL, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connecting to CAIRN_NATS_URL %s: %w", c.NATSURL, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("JetStream on %s: %w", c.NATSURL, err)
+	}
+	return nc, js, nil
+}
+
+// Deps are the handles every service shares.
+type Deps struct {
+	Config    Config
+	JS        jetstream.JetStream
+	Store     *kc.Store
+	Artifacts *artifacts.Store
+	Handovers jetstream.KeyValue
+	Marks     jetstream.KeyValue
+	Memo      jetstream.KeyValue
+	Faults    *faults.Set
+	Logger    *slog.Logger
+	Now       func() time.Time
+}
+
+// Open checks the assets and looks them up.
+func Open(ctx context.Context, c Config, js jetstream.JetStream, log *slog.Logger) (*Deps, error) {
+	if err := assets.Check(ctx, js, c.Assets()); err != nil {
+		return nil, fmt.Errorf("checking the NATS assets (run cairn init): %w", err)
+	}
+	d := &Deps{Config: c, JS: js, Logger: log, Now: time.Now}
+	var err error
+	if d.Store, err = kc.Open(ctx, js, assets.BucketRuns); err != nil {
+		return nil, err
+	}
+	if d.Artifacts, err = artifacts.Open(ctx, js, assets.ObjectArtifacts); err != nil {
+		return nil, err
+	}
+	for name, kv := range map[string]*jetstream.KeyValue{assets.BucketHandovers: &d.Handovers, assets.BucketOutbox: &d.Marks, assets.BucketMemo: &d.Memo} {
+		if *kv, err = js.KeyValue(ctx, name); err != nil {
+			return nil, fmt.Errorf("looking up bucket %s: %w", name, err)
+		}
+	}
+	if d.Faults, err = faults.Parse(c.Faults, filepath.Join(c.DataDir, "faults")); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// NightEnv opens the databases the night's steps write.
+func (d *Deps) NightEnv(ctx context.Context) (*night.Env, func(), error) {
+	if err := os.MkdirAll(d.Config.DataDir, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("CAIRN_DATA_DIR %s: %w", d.Config.DataDir, err)
+	}
+	ledger, err := books.Open(ctx, d.Config.LedgerDSN)
+	if err != nil {
+		return nil, nil, fmt.Errorf("CAIRN_LEDGER_DSN: %w", err)
+	}
+	erp, err := books.Open(ctx, d.Config.ERPDSN)
+	if err != nil {
+		ledger.Close()
+		return nil, nil, fmt.Errorf("CAIRN_ERP_DSN: %w", err)
+	}
+	if strings.HasPrefix(d.Config.ERPDSN, "sqlite:") {
+		// The ERP's own tables (purchase orders, receipts) exist even before the first gen.
+		db, err := recon.OpenSQLite(ctx, strings.TrimPrefix(d.Config.ERPDSN, "sqlite:"))
+		if err != nil {
+			ledger.Close()
+			erp.Close()
+			return nil, nil, fmt.Errorf("CAIRN_ERP_DSN: %w", err)
+		}
+		db.Close()
+	}
+	env := &night.Env{
+		InboxDir: d.Config.InboxDir, Ledger: ledger, ERP: erp, Memo: d.Memo, Extractor: recon.RuleExtractor{},
+		MailFrom: "cairn@cairn.local", FinanceTo: "finance-head@cairn.local",
+	}
+	return env, func() { ledger.Close(); erp.Close() }, nil
+}
+
+// RunStep runs one step service until ctx ends.
+func (d *Deps) RunStep(ctx context.Context, env *night.Env, step string) error {
+	impl, ok := env.Steps()[step]
+	if !ok {
+		return fmt.Errorf("no step %q in the pipeline", step)
+	}
+	r, err := runner.New(runner.Config{
+		JS: d.JS, Store: d.Store, Artifacts: d.Artifacts, Handovers: d.Handovers, Pipeline: night.Pipeline,
+		StepName: step, Step: impl, Heartbeat: d.Config.Heartbeat, Lease: d.Config.Lease, TakeoverGap: d.Config.TakeoverGap,
+		RetryAttempts: d.Config.RetryAttempts, LoopGuard: d.Config.LoopGuard, ParkLimit: d.Config.ParkLimit,
+		MaxDeliver: d.Config.MaxDeliver, Faults: d.Faults, Now: d.Now, Logger: d.Logger.With(slog.String("service", step)),
+		Finishing: d.settle,
+	})
+	if err != nil {
+		return err
+	}
+	return r.Run(ctx)
+}
+
+func (d *Deps) settle(ctx context.Context, runID string) {
+	if _, err := supervisor.Settle(ctx, d.JS, d.Store, d.Marks, runID, d.Now); err != nil {
+		d.Logger.Warn("settling run", slog.String("run_id", runID), slog.Any("error", err))
+	}
+}
+
+// RunSupervisor runs the supervisor until ctx ends.
+func (d *Deps) RunSupervisor(ctx context.Context) error {
+	s, err := supervisor.New(supervisor.Config{
+		JS: d.JS, Store: d.Store, Marks: d.Marks, Pipeline: night.Pipeline, Lease: d.Config.Lease,
+		TakeoverGap: d.Config.TakeoverGap, Now: d.Now, Logger: d.Logger.With(slog.String("service", "supervisor")),
+	})
+	if err != nil {
+		return err
+	}
+	return s.Run(ctx)
+}
+
+// RunOutboxSender runs the outbox sender until ctx ends.
+func (d *Deps) RunOutboxSender(ctx context.Context) error {
+	var t outbox.Transport = outbox.FileTransport{Dir: d.Config.MailDir}
+	if d.Config.SMTPAddr != "" {
+		t = outbox.SMTPTransport{Addr: d.Config.SMTPAddr}
+	} else if err := os.MkdirAll(d.Config.MailDir, 0o755); err != nil {
+		return fmt.Errorf("CAIRN_MAIL_DIR %s: %w", d.Config.MailDir, err)
+	}
+	log := d.Logger.With(slog.String("service", "outbox-sender"))
+	rej := audit.New(d.JS, "outbox-sender", d.Now)
+	s, err := outbox.NewSender(outbox.SenderConfig{
+		JS: d.JS, Transport: t, Logger: log,
+		Admit: d.admit,
+		Marked: func(ctx context.Context, runID string) { d.settle(ctx, runID) },
+		Rejected: func(ctx context.Context, m jetstream.Msg, reason error) {
+			meta, _ := m.Metadata()
+			var seq uint64
+			if meta != nil {
+				seq = meta.Sequence.Stream
+			}
+			nm := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
+			_ = rej.Reject(ctx, events.RejectedID(assets.StreamOutbox, seq), "", events.NewRejected(assets.StreamOutbox, seq, nm, reason.Error()))
+		},
+	})
+	if err != nil {
+		return err
+	}
+	return s.Run(ctx)
+}
+
+// admit drops a message of an older generation than its run's, or queued under a token
+// below the one its step committed with.
+func (d *Deps) admit(ctx context.Context, m outbox.Message) (bool, string, error) {
+	rec, _, err := d.Store.Load(ctx, m.RunID)
+	if errors.Is(err, kc.ErrNotFound) {
+		return false, "no run " + m.RunID, nil
+	}
+	if err != nil {
+		return false, "", err
+	}
+	if m.Generation < rec.Generation {
+		return false, fmt.Sprintf("generation %d is older than the run's %d", m.Generation, rec.Generation), nil
+	}
+	if s, ok := rec.Steps[m.Step]; ok && s.Token != nil && m.Token < *s.Token {
+		return false, fmt.Sprintf("token %d is below the %d its step committed with", m.Token, *s.Token), nil
+	}
+	return true, "", nil
+}

@@ -1,0 +1,6 @@
+// Command fetch runs Cairn's fetch service against the NATS server named by CAIRN_NATS_URL.
+package main
+
+import "github.com/cairnhq/cairn/internal/service"
+
+func main() { service.Main("fetch") }
