@@ -45,7 +45,7 @@ func Compare(matches []Match, received []Receipt) []Adjustment {
 	for _, r := range received {
 		got[poKey{r.PO, r.Line}] = r
 	}
-	var adjs []Adjustment
+	adjs := []Adjustment{}
 	for _, m := range matches {
 		recv := int64(0)
 		if r, ok := got[poKey{m.PO, m.POLine}]; ok && r.SKU == m.SKU {
@@ -90,7 +90,7 @@ func DebitNotes(adjs []Adjustment) []DebitNote {
 	slices.SortFunc(sorted, func(a, b Adjustment) int {
 		return cmp.Or(cmp.Compare(a.SupplierID, b.SupplierID), cmp.Compare(a.KeySuffix(), b.KeySuffix()))
 	})
-	var notes []DebitNote
+	notes := []DebitNote{}
 	for start := 0; start < len(sorted); {
 		end := start + 1
 		for end < len(sorted) && sorted[end].SupplierID == sorted[start].SupplierID {

@@ -49,7 +49,7 @@ func LoadPurchaseOrders(ctx context.Context, db *sql.DB, pos []string) ([]Purcha
 		return nil, fmt.Errorf("loading %d purchase orders: %w", len(pos), err)
 	}
 	defer rows.Close()
-	var out []PurchaseOrderLine
+	out := []PurchaseOrderLine{}
 	for rows.Next() {
 		var p PurchaseOrderLine
 		if err := rows.Scan(&p.PO, &p.Line, &p.SKU, &p.Qty, &p.UnitPaise, &p.SupplierID); err != nil {
@@ -71,7 +71,7 @@ func LoadReceipts(ctx context.Context, db *sql.DB, warehouse, date string) ([]Re
 		return nil, fmt.Errorf("loading receipts of %q on %s: %w", warehouse, date, err)
 	}
 	defer rows.Close()
-	var out []Receipt
+	out := []Receipt{}
 	for rows.Next() {
 		var r Receipt
 		if err := rows.Scan(&r.PO, &r.Line, &r.SKU, &r.Qty); err != nil {
@@ -103,7 +103,7 @@ func loadStockLevels(ctx context.Context, q queryer, warehouse string, skus []st
 		return nil, fmt.Errorf("loading stock levels of %q: %w", warehouse, err)
 	}
 	defer rows.Close()
-	var out []StockLevel
+	out := []StockLevel{}
 	for rows.Next() {
 		var l StockLevel
 		if err := rows.Scan(&l.SKU, &l.Qty, &l.ValuePaise); err != nil {

@@ -64,11 +64,13 @@ func Generate(ctx context.Context, c GenConfig) (Truth, error) {
 		return Truth{}, err
 	}
 	n := planNight(c)
-	if err := writeDocuments(ctx, c, n); err != nil {
-		return Truth{}, err
-	}
+	// The ERP first: it is the one write that can refuse (a PO prefix taken by another
+	// night), and then the inbox is left as it was.
 	before, err := writeERP(ctx, c, n)
 	if err != nil {
+		return Truth{}, err
+	}
+	if err := writeDocuments(ctx, c, n); err != nil {
 		return Truth{}, err
 	}
 	t := n.truth(before)

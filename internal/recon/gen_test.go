@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -97,7 +98,7 @@ func TestGenerateIsDeterministic(t *testing.T) {
 func TestNightReconciles(t *testing.T) {
 	t.Parallel()
 	for _, unreadable := range []int{0, 2} {
-		t.Run("unreadable="+string(rune('0'+unreadable)), func(t *testing.T) {
+		t.Run(fmt.Sprintf("unreadable=%d", unreadable), func(t *testing.T) {
 			t.Parallel()
 			c := refNight()
 			c.Unreadable = unreadable

@@ -88,9 +88,6 @@ func writeERP(ctx context.Context, c GenConfig, n *night) (before []StockLevel, 
 	if before, err = loadStockLevels(ctx, tx, c.Warehouse, skus); err != nil {
 		return nil, err
 	}
-	if before == nil {
-		before = []StockLevel{}
-	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("committing erp rows of %s %s: %w", c.Warehouse, c.Date, err)
 	}

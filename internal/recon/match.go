@@ -20,8 +20,9 @@ type Receipt struct {
 	Qty  int64  `json:"qty"`
 }
 
-// Match pairs an invoice line with its purchase-order line. MatchLines leaves
-// ReceivedQty zero (it does not know the receipts); Compare fills it in its own reading.
+// Match pairs an invoice line with its purchase-order line. MatchLines does not know
+// the receipts and leaves ReceivedQty zero; Compare takes the received quantities from
+// its receipts argument, never from this field.
 type Match struct {
 	InvoiceNo       string `json:"invoice_no"`
 	Line            int    `json:"line"`
@@ -56,7 +57,7 @@ func MatchLines(invs []Invoice, pos []PurchaseOrderLine) ([]Match, []Unmatched) 
 		byKey[poKey{p.PO, p.Line}] = p
 	}
 	matches := make([]Match, 0, lineCount(invs))
-	var unmatched []Unmatched
+	unmatched := []Unmatched{}
 	for _, inv := range invs {
 		for _, l := range inv.Lines {
 			p, ok := byKey[poKey{inv.PORef, l.No}]
