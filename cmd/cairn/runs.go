@@ -226,4 +226,3 @@ func printRecord(r *kc.Record, rev uint64) {
 		fmt.Println(line)
 	}
 }
-

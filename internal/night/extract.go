@@ -105,7 +105,11 @@ func (s extractStep) answer(ctx context.Context, a *runner.Attempt, d recon.Docu
 		return memo, runner.Permanent(fmt.Errorf("%w: %s is %s, fetch read %s", runner.ErrSourceChanged, d.InvoiceNo, got, d.Digest))
 	}
 	err = a.Retry(ctx, func(try int) error {
-		a.Audit("extractor.called", d.InvoiceNo, try, map[string]string{"model": v.Model})
+		// The call is recorded before it is made: a paid call must be counted even if the
+		// process dies during it.
+		if err := a.AuditNow(ctx, "extractor.called", d.InvoiceNo, try, map[string]string{"model": v.Model}); err != nil {
+			return runner.Temporary(err)
+		}
 		answer, err := s.e.Extractor.Extract(ctx, d.InvoiceNo, doc)
 		var unreadable *recon.UnreadableError
 		switch {

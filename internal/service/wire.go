@@ -168,7 +168,7 @@ func (d *Deps) RunOutboxSender(ctx context.Context) error {
 	rej := audit.New(d.JS, "outbox-sender", d.Now)
 	s, err := outbox.NewSender(outbox.SenderConfig{
 		JS: d.JS, Transport: t, Logger: log,
-		Admit: d.admit,
+		Admit:  d.admit,
 		Marked: func(ctx context.Context, runID string) { d.settle(ctx, runID) },
 		Rejected: func(ctx context.Context, m jetstream.Msg, reason error) {
 			meta, _ := m.Metadata()

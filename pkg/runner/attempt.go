@@ -58,6 +58,13 @@ func (a *Attempt) Audit(event, item string, try int, attrs map[string]string) {
 	a.batch.Record(id, events.Audit{RunID: a.RunID, Step: a.Step, Event: event, Token: a.Token.Value, Item: item, Owner: a.r.owner.Name, Attrs: attrs})
 }
 
+// AuditNow records an item event and waits until it is stored: for events that must
+// survive a crash right after them, such as a paid call about to be made.
+func (a *Attempt) AuditNow(ctx context.Context, event, item string, try int, attrs map[string]string) error {
+	id := events.AuditItemID(a.RunID, a.Step, event, a.Token.Value, item, try)
+	return a.r.audit.Record(ctx, id, events.Audit{RunID: a.RunID, Step: a.Step, Event: event, Token: a.Token.Value, Item: item, Owner: a.r.owner.Name, Attrs: attrs})
+}
+
 // Fault fires the injected faults for point and write n (see package faults). A stall
 // suspends the attempt's heartbeat, as a stopped process would.
 func (a *Attempt) Fault(ctx context.Context, point string, n int) error {

@@ -140,7 +140,9 @@ type rejection struct{ reason string }
 
 func (r *rejection) Error() string { return r.reason }
 
-func reject(format string, args ...any) error { return &rejection{reason: fmt.Sprintf(format, args...)} }
+func reject(format string, args ...any) error {
+	return &rejection{reason: fmt.Sprintf(format, args...)}
+}
 
 func cut(s string, n int) string {
 	if len(s) > n {

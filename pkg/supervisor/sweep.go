@@ -134,4 +134,3 @@ func (s *Supervisor) republish(ctx context.Context, runID, step string, rev uint
 	s.record(ctx, events.AuditStepID(runID, step, "republished", wrev), events.Audit{RunID: runID, Step: step, Event: "republished"})
 	return s.publish(ctx, runID, step, rec.Generation, wrev)
 }
-

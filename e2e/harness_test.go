@@ -1,0 +1,349 @@
+// Package e2e runs the reference night end to end: `cairn dev` as a real child process
+// (so a fault's exit is a real process exit), real SQLite files and the mail folder, and
+// compares the outcome with the generator's ground truth.
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/mail"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/internal/recon"
+	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/events"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+
+	_ "modernc.org/sqlite"
+)
+
+var cairnBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "cairn-e2e-bin")
+	if err != nil {
+		panic(err)
+	}
+	cairnBin = filepath.Join(dir, "cairn")
+	out, err := exec.Command("go", "build", "-race", "-o", cairnBin, "../cmd/cairn").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building cairn: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const (
+	warehouse = "ldh"
+	date      = "2026-10-13"
+	runID     = "run-2026-10-13-ldh"
+)
+
+// night is one generated night with its own data folder and NATS port.
+type night struct {
+	t     *testing.T
+	dir   string
+	url   string
+	truth recon.Truth
+	dev   *exec.Cmd
+	exit  chan error
+	logs  int
+	js    jetstream.JetStream
+}
+
+func newNight(t *testing.T, unreadable int) *night {
+	t.Helper()
+	dir := t.TempDir()
+	truth, err := recon.Generate(context.Background(), recon.GenConfig{Warehouse: warehouse, Date: date, Invoices: 312,
+		Mismatches: 40, Unreadable: unreadable, Seed: 1, InboxDir: filepath.Join(dir, "inbox"),
+		ERPPath: filepath.Join(dir, "erp.db"), TruthDir: filepath.Join(dir, "truth")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	n := &night{t: t, dir: dir, url: fmt.Sprintf("nats://127.0.0.1:%d", port), truth: truth}
+	t.Cleanup(n.stop)
+	return n
+}
+
+// start runs `cairn dev` with extra environment and waits for its "ready".
+func (n *night) start(env ...string) {
+	n.t.Helper()
+	n.logs++
+	logf, err := os.Create(filepath.Join(n.dir, fmt.Sprintf("dev-%d.log", n.logs)))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	cmd := exec.Command(cairnBin, "dev")
+	cmd.Env = append(os.Environ(), append([]string{"CAIRN_DATA_DIR=" + n.dir, "CAIRN_NATS_URL=" + n.url,
+		"CAIRN_HEARTBEAT=1s", "CAIRN_LEASE=5s", "CAIRN_ACK_WAIT=30s"}, env...)...)
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.TrimSpace(sc.Text()) == "ready" {
+				close(ready)
+			}
+		}
+	}()
+	exit := make(chan error, 1)
+	go func() { exit <- cmd.Wait(); logf.Close() }()
+	select {
+	case <-ready:
+	case err := <-exit:
+		n.t.Fatalf("cairn dev ended before ready: %v (log %s)", err, logf.Name())
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		n.t.Fatalf("cairn dev not ready within 60 s (log %s)", logf.Name())
+	}
+	n.dev, n.exit = cmd, exit
+	nc, err := nats.Connect(n.url)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.t.Cleanup(nc.Close)
+	n.js, _ = jetstream.New(nc)
+}
+
+// waitExit waits for the dev process to end by itself and returns its exit code.
+func (n *night) waitExit(limit time.Duration) int {
+	n.t.Helper()
+	select {
+	case err := <-n.exit:
+		n.dev = nil
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		return 0
+	case <-time.After(limit):
+		n.t.Fatalf("cairn dev did not exit within %s", limit)
+		return -1
+	}
+}
+
+func (n *night) stop() {
+	if n.dev == nil {
+		return
+	}
+	_ = n.dev.Process.Signal(os.Interrupt)
+	select {
+	case <-n.exit:
+	case <-time.After(20 * time.Second):
+		_ = n.dev.Process.Kill()
+		<-n.exit
+	}
+	n.dev = nil
+}
+
+func (n *night) publish(subject, body string) {
+	n.t.Helper()
+	if _, err := n.js.Publish(context.Background(), subject, []byte(body)); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+func (n *night) startRun() {
+	n.publish(events.RunStartSubject, fmt.Sprintf(`{"run_id":%q,"warehouse":%q,"date":%q}`, runID, warehouse, date))
+}
+
+// waitStatus watches the run's checkpoint until its status is one of want.
+func (n *night) waitStatus(limit time.Duration, want ...kc.Status) *kc.Record {
+	n.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	kv, err := n.js.KeyValue(ctx, assets.BucketRuns)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	w, err := kv.Watch(ctx, runID)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer w.Stop()
+	var last *kc.Record
+	for e := range w.Updates() {
+		if e == nil || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		r, err := kc.Decode(e.Value())
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		last = r
+		for _, s := range want {
+			if r.Status == s {
+				return r
+			}
+		}
+	}
+	n.t.Fatalf("run not %v within %s; last record: %+v", want, limit, last)
+	return nil
+}
+
+// audit counts the run's audit events by kind.
+func (n *night) audit() map[string]int {
+	n.t.Helper()
+	ctx := context.Background()
+	cons, err := n.js.OrderedConsumer(ctx, assets.StreamAudit, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.AuditSubject(runID)}})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for left := int(info.NumPending); left > 0; {
+		batch, err := cons.Fetch(left, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			e, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+			if err != nil {
+				n.t.Fatalf("audit event does not decode: %v", err)
+			}
+			var a events.Audit
+			if err := e.Unmarshal(&a); err != nil {
+				n.t.Fatal(err)
+			}
+			counts[a.Event]++
+		}
+		if got == 0 {
+			n.t.Fatalf("audit stream: %d events missing", left)
+		}
+		left -= got
+	}
+	return counts
+}
+
+func (n *night) db(name string) *sql.DB {
+	n.t.Helper()
+	db, err := sql.Open("sqlite", filepath.Join(n.dir, name))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// assertTruth compares the ledger, the stock store and the mail with the ground truth.
+func (n *night) assertTruth() {
+	t := n.t
+	t.Helper()
+	want := map[string]int64{}
+	for _, a := range n.truth.Adjustments {
+		want[runID+":"+a.KeySuffix] = a.AmountPaise
+	}
+	rows, err := n.db("ledger.db").Query(`SELECT key, amount_paise FROM ledger_entries WHERE reverses IS NULL`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	count := 0
+	for rows.Next() {
+		var k string
+		var v int64
+		if err := rows.Scan(&k, &v); err != nil {
+			t.Fatal(err)
+		}
+		got[k] = v
+		count++
+	}
+	rows.Close()
+	if count != len(want) || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("ledger: %d rows %v, want %d rows %v", count, got, len(want), want)
+	}
+	erp := n.db("erp.db")
+	stock := map[string][2]int64{}
+	rows, err = erp.Query(`SELECT key, qty_delta, value_delta_paise FROM stock_adjustments WHERE reverses IS NULL`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k string
+		var q, v int64
+		if err := rows.Scan(&k, &q, &v); err != nil {
+			t.Fatal(err)
+		}
+		stock[k] = [2]int64{q, v}
+	}
+	rows.Close()
+	if len(stock) != len(n.truth.Adjustments) {
+		t.Errorf("stock adjustments: %d, want %d", len(stock), len(n.truth.Adjustments))
+	}
+	for _, a := range n.truth.Adjustments {
+		if g := stock[runID+":stock:"+a.KeySuffix]; g != [2]int64{a.QtyDelta, a.ValueDeltaPaise} {
+			t.Errorf("stock adjustment %s: %v, want %d/%d", a.KeySuffix, g, a.QtyDelta, a.ValueDeltaPaise)
+		}
+	}
+	for _, l := range n.truth.StockLevelsAfter {
+		var q, v int64
+		if err := erp.QueryRow(`SELECT qty, value_paise FROM stock_levels WHERE warehouse = ? AND sku = ?`, warehouse, l.SKU).Scan(&q, &v); err != nil {
+			t.Fatalf("stock level %s: %v", l.SKU, err)
+		}
+		if q != l.Qty || v != l.ValuePaise {
+			t.Errorf("stock level %s: %d/%d, want %d/%d", l.SKU, q, v, l.Qty, l.ValuePaise)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(n.dir, "mail", "*.eml"))
+	if len(files) != len(n.truth.DebitNotes)+1 {
+		t.Errorf("mail: %d messages, want %d debit notes + 1 report", len(files), len(n.truth.DebitNotes))
+	}
+	keys := []string{runID + ":report"}
+	for _, d := range n.truth.DebitNotes {
+		keys = append(keys, runID+":debit:"+d.SupplierID)
+	}
+	for _, k := range keys {
+		h := sha256.Sum256([]byte(k))
+		f, err := os.Open(filepath.Join(n.dir, "mail", hex.EncodeToString(h[:])+".eml"))
+		if err != nil {
+			t.Errorf("no mail for %s: %v", k, err)
+			continue
+		}
+		m, err := mail.ReadMessage(f)
+		f.Close()
+		if err != nil {
+			t.Errorf("mail for %s: %v", k, err)
+			continue
+		}
+		if m.Header.Get("X-Cairn-Key") != k || m.Header.Get("Message-ID") != "<"+strings.ReplaceAll(k, ":", ".")+"@cairn.local>" {
+			t.Errorf("mail for %s: X-Cairn-Key %q, Message-ID %q", k, m.Header.Get("X-Cairn-Key"), m.Header.Get("Message-ID"))
+		}
+	}
+}

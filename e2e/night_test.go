@@ -1,0 +1,189 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/internal/recon"
+	"github.com/cairnhq/cairn/pkg/artifacts"
+	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/events"
+	"github.com/cairnhq/cairn/pkg/faults"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+)
+
+const runLimit = 3 * time.Minute
+
+// report reads the summary the report step sent.
+func (n *night) report(rec *kc.Record) recon.Report {
+	n.t.Helper()
+	store, err := artifacts.Open(context.Background(), n.js, assets.ObjectArtifacts)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	b, err := store.Load(context.Background(), rec.Step("report").Output)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	var out struct {
+		Report recon.Report `json:"report"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		n.t.Fatal(err)
+	}
+	return out.Report
+}
+
+func (n *night) assertReport(rec *kc.Record) {
+	n.t.Helper()
+	r := n.report(rec)
+	want := n.truth.Report
+	if r.Invoices != want.Invoices || r.Lines != want.Lines || r.Adjustments != want.Adjustments || r.TotalPaise != want.TotalPaise {
+		n.t.Errorf("report %+v, want %+v", r, want)
+	}
+	if len(r.Parked) != len(n.truth.Parked) {
+		n.t.Errorf("report parks %d invoices, want %d", len(r.Parked), len(n.truth.Parked))
+	}
+}
+
+func TestNightUninterrupted(t *testing.T) {
+	n := newNight(t, 0)
+	n.start()
+	n.startRun()
+	n.startRun() // the same start twice makes one run
+	rec := n.waitStatus(runLimit, kc.Done)
+	n.assertTruth()
+	n.assertReport(rec)
+	c := n.audit()
+	if c["extractor.called"] != 312 || c["document.read"] != 312 {
+		t.Errorf("extractor calls %d, document reads %d, want 312 each", c["extractor.called"], c["document.read"])
+	}
+	if rec.Restarts != 0 {
+		t.Errorf("restarts %d, want 0", rec.Restarts)
+	}
+	keys, err := n.js.KeyValue(context.Background(), assets.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := keys.Keys(context.Background())
+	if err != nil || len(l) != 1 {
+		t.Errorf("runs %v (%v), want exactly one", l, err)
+	}
+}
+
+// The crash that started it: the process dies at entry 24 of post-ledger and starts again.
+func TestCrashAtLedgerEntry24(t *testing.T) {
+	n := newNight(t, 0)
+	fault := "post-ledger.before-write.24=exit@once"
+	n.start("CAIRN_FAULTS=" + fault)
+	n.startRun()
+	if code := n.waitExit(runLimit); code != faults.ExitCode {
+		t.Fatalf("cairn dev exited %d, want %d from the injected fault", code, faults.ExitCode)
+	}
+	if !faults.Fired(filepath.Join(n.dir, "faults"), fault) {
+		t.Fatal("the fault's @once marker is missing: it never fired")
+	}
+	var rows int
+	if err := n.db("ledger.db").QueryRow(`SELECT count(*) FROM ledger_entries`).Scan(&rows); err != nil || rows != 23 {
+		t.Fatalf("after the crash the ledger holds %d rows (%v), want 23", rows, err)
+	}
+	n.start("CAIRN_FAULTS=" + fault)
+	rec := n.waitStatus(runLimit, kc.Done)
+	n.assertTruth()
+	n.assertReport(rec)
+	c := n.audit()
+	if c["extractor.called"] != 312 || c["document.read"] != 312 {
+		t.Errorf("extractor calls %d, document reads %d, want 312 each (none repeated)", c["extractor.called"], c["document.read"])
+	}
+	if rec.Restarts != 1 {
+		t.Errorf("restarts %d, want 1", rec.Restarts)
+	}
+}
+
+// A crash in the middle of extract: the restart asks only about the invoices not answered.
+func TestCrashInExtract(t *testing.T) {
+	n := newNight(t, 0)
+	fault := "extract.before-write.150=exit@once"
+	n.start("CAIRN_FAULTS=" + fault)
+	n.startRun()
+	if code := n.waitExit(runLimit); code != faults.ExitCode {
+		t.Fatalf("cairn dev exited %d, want %d", code, faults.ExitCode)
+	}
+	if !faults.Fired(filepath.Join(n.dir, "faults"), fault) {
+		t.Fatal("the fault never fired")
+	}
+	n.start("CAIRN_FAULTS=" + fault)
+	n.waitStatus(runLimit, kc.Done)
+	n.assertTruth()
+	if c := n.audit(); c["extractor.called"] != 312 {
+		t.Errorf("extractor calls %d, want 312: no finished invoice asked again", c["extractor.called"])
+	}
+}
+
+func TestUnreadableInvoicesParked(t *testing.T) {
+	n := newNight(t, 2)
+	n.start()
+	n.startRun()
+	rec := n.waitStatus(runLimit, kc.Done)
+	n.assertTruth()
+	n.assertReport(rec)
+	ex := rec.Step("extract")
+	if ex.ParkedCount != 2 || len(ex.Parked) != 2 {
+		t.Fatalf("extract parked %d (%v), want 2", ex.ParkedCount, ex.Parked)
+	}
+	for i, p := range ex.Parked {
+		if p.Item != n.truth.Parked[i].InvoiceNo || p.Reason == "" {
+			t.Errorf("parked %+v, want %s with a reason", p, n.truth.Parked[i].InvoiceNo)
+		}
+	}
+}
+
+func TestMalformedStartsRejected(t *testing.T) {
+	n := newNight(t, 0)
+	n.start()
+	n.publish(events.RunStartSubject, `this is not json`)
+	n.publish(events.RunStartSubject, `{"run_id":"run-x","date":"2026-10-13"}`)
+	n.publish(events.RunStartSubject, `{"run_id":"bad.id","warehouse":"ldh","date":"2026-10-13"}`)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cons, err := n.js.OrderedConsumer(ctx, assets.StreamRejected, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reasons []string
+	for len(reasons) < 3 {
+		m, err := cons.Next(jetstream.FetchMaxWait(time.Minute))
+		if err != nil {
+			t.Fatalf("rejections so far %v: %v", reasons, err)
+		}
+		e, err := events.Decode(natsMsg(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r events.Rejected
+		if err := e.Unmarshal(&r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Subject != events.RunStartSubject || r.Reason == "" {
+			t.Errorf("rejection %+v", r)
+		}
+		reasons = append(reasons, r.Reason)
+	}
+	for i, want := range []string{"JSON", "warehouse", "bad.id"} {
+		if !contains(reasons[i], want) {
+			t.Errorf("rejection %d: %q does not name %q", i, reasons[i], want)
+		}
+	}
+	kv, err := n.js.KeyValue(ctx, assets.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keys, err := kv.Keys(ctx); err == nil || len(keys) != 0 {
+		t.Errorf("runs created: %v (%v), want none", keys, err)
+	}
+}
