@@ -96,7 +96,6 @@ func (r *Runner) newAttempt(rec *kc.Record, token uint64, restart bool) *Attempt
 
 // hold runs a leased attempt from the restart checks to the commit.
 func (r *Runner) hold(ctx context.Context, m jetstream.Msg, a *Attempt, h *kc.Holder) settleFunc {
-	step := a.Step
 	cur, _ := h.Record()
 	if a.Restart {
 		if err := r.restartChecks(ctx, a, cur); err != nil {
@@ -136,7 +135,6 @@ func (r *Runner) hold(ctx context.Context, m jetstream.Msg, a *Attempt, h *kc.Ho
 		return r.fail(ctx, a, h, err)
 	}
 	committed, crev := h.Record()
-	_ = step
 	return r.afterCommit(ctx, a, committed, crev)
 }
 

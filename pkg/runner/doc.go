@@ -1,0 +1,28 @@
+// Package runner runs one step of a pipeline: it consumes the step's durable consumer on
+// CAIRN_STEPS and follows the step protocol of DESIGN.md for every message.
+//
+// # The protocol
+//
+//  1. Decode and validate the event; an invalid one is recorded on cairn.rejected and terminated.
+//  2. Load the checkpoint; a corrupt or foreign record is handed over by its note alone.
+//  3. Run only a running run's next step of the event's generation; a verified step is
+//     confirmed from the stream leader and its successor's event published again.
+//  4. Take the lease (leased steps), counting a restart when the step was in progress, and on
+//     a restart check the source and the loop guard. A live lease of another owner is left
+//     alone; an owner proven gone (two "no responders" answers) is released and its step
+//     published again.
+//  5. Raise the fences of the databases the step writes.
+//  6. Run the step with a heartbeat that renews the lease and the message.
+//  7. Every outside write carries its key and the token (the step's business).
+//  8. Verify the result before calling the step done.
+//  9. Store the output (inline or in the object store) and commit: verified, lease released,
+//     in one compare-and-set.
+//  10. Publish the next step's event, wait for the audit events, ack.
+//
+// # Errors
+//
+// A temporary error fails the attempt: the step goes back to pending with attempts + 1 and the
+// message comes back with NakWithDelay, until the loop guard hands the run over. A fenced
+// attempt stops at once and publishes nothing. Anything else hands the run over to a person,
+// with a note in cairn-handovers.
+package runner
