@@ -79,6 +79,9 @@ func (h *Holder) Write(ctx context.Context, fn func(r *Record) error) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for {
+		if l := h.rec.Lease; l == nil || l.Owner != h.owner.Name || l.Token != h.token {
+			return fmt.Errorf("checkpoint %q: lease %s, mine %s/%d: %w", h.runID, describe(l), h.owner.Name, h.token, ErrFenced)
+		}
 		next := h.rec.Clone()
 		if err := fn(next); err != nil {
 			return err

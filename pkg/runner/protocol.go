@@ -185,7 +185,7 @@ func (r *Runner) saveOutputs(ctx context.Context, a *Attempt, res *Result) (outp
 			return o, Temporary(err)
 		}
 	}
-	if len(res.Parked) > kc.MaxParkedListed {
+	if len(res.Parked) > kc.MaxParkedListed || slices.ContainsFunc(res.Parked, func(p kc.Parked) bool { return len(p.Item) > 64 || len(p.Reason) > 48 }) {
 		b, merr := jsonMarshal(res.Parked)
 		if merr != nil {
 			return o, merr
@@ -212,9 +212,11 @@ func (r *Runner) applyCommit(n *kc.Record, a *Attempt, res *Result, o outputs) {
 	if res.InputFingerprint != "" {
 		s.InputFingerprint = &res.InputFingerprint
 	}
-	s.Parked = slices.Clone(res.Parked[:min(len(res.Parked), kc.MaxParkedListed)])
-	if s.Parked == nil {
-		s.Parked = []kc.Parked{}
+	// The record lists the first parked items, briefly (it must stay under 8 KiB); the
+	// whole list, reasons in full, is in parked_artifact when there are more.
+	s.Parked = make([]kc.Parked, 0, min(len(res.Parked), kc.MaxParkedListed))
+	for _, p := range res.Parked[:min(len(res.Parked), kc.MaxParkedListed)] {
+		s.Parked = append(s.Parked, kc.Parked{Item: cut(p.Item, 64), Reason: cut(p.Reason, 48)})
 	}
 	s.ParkedCount = len(res.Parked)
 	s.ParkedArtifact = o.parked
