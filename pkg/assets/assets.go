@@ -84,7 +84,9 @@ func (c Config) Streams() []jetstream.StreamConfig {
 		st(StreamSteps, []string{"cairn.step.*.*"}, jetstream.WorkQueuePolicy, async),
 		st(StreamSaga, []string{"cairn.saga.>"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode),
 		st(StreamOutbox, []string{"cairn.outbox.>"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode),
-		st(StreamAudit, []string{"cairn.audit.>"}, jetstream.LimitsPolicy, async),
+		// The timeline counts paid calls and document loads across crashes; under cairn dev the
+		// server dies with the process, so audit writes are persisted before they are acked.
+		st(StreamAudit, []string{"cairn.audit.>"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode),
 		st(StreamRejected, []string{"cairn.rejected"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode),
 	}
 }
