@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/natstest"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
 
@@ -29,26 +29,7 @@ type fixture struct {
 
 func setup(t *testing.T) *fixture {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-	})
-	if err != nil {
-		t.Fatalf("creating nats-server: %v", err)
-	}
-	s.Start()
-	t.Cleanup(s.Shutdown)
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatalf("connecting: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatalf("jetstream: %v", err)
-	}
+	js := natstest.JetStream(t)
 	ctx := testContext(t)
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: kc.Bucket, History: 16, Metadata: map[string]string{kc.EpochKey: testEpoch},
@@ -60,7 +41,7 @@ func setup(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatalf("opening store: %v", err)
 	}
-	return &fixture{nc: nc, js: js, kv: kv, store: store}
+	return &fixture{nc: js.Conn(), js: js, kv: kv, store: store}
 }
 
 // testContext bounds every call of a test, so a hang fails instead of blocking the run.

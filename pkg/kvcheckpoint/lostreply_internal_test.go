@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/internal/natstest"
 )
 
 // lossyKV is the real bucket, except that the answers to the next few Updates are lost: the
@@ -55,26 +55,7 @@ func (k *lossyKV) Update(ctx context.Context, key string, value []byte, last uin
 
 func lossyStore(t *testing.T, mode string) (*Store, *lossyKV) {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-	})
-	if err != nil {
-		t.Fatalf("creating nats-server: %v", err)
-	}
-	s.Start()
-	t.Cleanup(s.Shutdown)
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatalf("connecting: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatalf("jetstream: %v", err)
-	}
+	js := natstest.JetStream(t)
 	ctx := ctxFor(t)
 	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: Bucket, History: 16, Metadata: map[string]string{EpochKey: "e1"},
