@@ -249,45 +249,25 @@ func report(ctx context.Context, js jetstream.JetStream, dir string, rec *kc.Rec
 // auditCounts reads the run's timeline: item events by kind, and the steps started after the
 // first reassignment (the steps the resume ran).
 func auditCounts(ctx context.Context, js jetstream.JetStream, run string) (map[string]int, map[string]bool, error) {
-	cons, err := js.OrderedConsumer(ctx, assets.StreamAudit, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.AuditSubject(run)}})
-	if err != nil {
-		return nil, nil, err
-	}
-	info, err := cons.Info(ctx)
+	evs, err := events.ReadSubject(ctx, js, assets.StreamAudit, events.AuditSubject(run))
 	if err != nil {
 		return nil, nil, err
 	}
 	counts := map[string]int{}
 	rerun := map[string]bool{}
 	resumed := false
-	for n := int(info.NumPending); n > 0; {
-		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return nil, nil, err
+	for _, e := range evs {
+		var a events.Audit
+		if e.Unmarshal(&a) != nil {
+			continue
 		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			e, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-			if err != nil {
-				continue
-			}
-			var a events.Audit
-			if e.Unmarshal(&a) != nil {
-				continue
-			}
-			counts[a.Event]++
-			if a.Event == "reassigned" {
-				resumed = true
-			}
-			if resumed && a.Event == "step.started" {
-				rerun[a.Step] = true
-			}
+		counts[a.Event]++
+		if a.Event == "reassigned" {
+			resumed = true
 		}
-		if got == 0 {
-			break
+		if resumed && a.Event == "step.started" {
+			rerun[a.Step] = true
 		}
-		n -= got
 	}
 	return counts, rerun, nil
 }

@@ -14,8 +14,7 @@ import (
 // startJetStream runs an embedded nats-server with JetStream for one test.
 func startJetStream(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	js := natstest.JetStream(t)
-	return js
+	return natstest.JetStream(t)
 }
 
 // TestPublishDeduplicatesByID shows that the CloudEvent id, carried as
@@ -96,5 +95,41 @@ func TestPublishDeduplicatesByID(t *testing.T) {
 	var ready StepReady
 	if err := got[0].Unmarshal(&ready); err != nil || ready.Step != "fetch" {
 		t.Fatalf("Unmarshal = %+v, %v", ready, err)
+	}
+}
+
+// TestReadSubject reads back every stored event of one run in order, skipping a message
+// that is no event and the events of another run.
+func TestReadSubject(t *testing.T) {
+	js := startJetStream(t)
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "AUDIT", Subjects: []string{"cairn.audit.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(run, id string) {
+		e, err := New(id, TypeAudit, "/cairn/test", run, time.Unix(1, 0), Audit{RunID: run, Event: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := Encode(AuditSubject(run), e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("run-a", "a1")
+	publish("run-b", "b1")
+	if _, err := js.Publish(ctx, AuditSubject("run-a"), []byte("not an event")); err != nil {
+		t.Fatal(err)
+	}
+	publish("run-a", "a2")
+	evs, err := ReadSubject(ctx, js, "AUDIT", AuditSubject("run-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 2 || evs[0].ID != "a1" || evs[1].ID != "a2" {
+		t.Fatalf("read %+v, want a1 and a2", evs)
 	}
 }

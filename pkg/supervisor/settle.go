@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/pkg/assets"
@@ -63,40 +62,17 @@ func Settle(ctx context.Context, js jetstream.JetStream, store *kc.Store, marks 
 
 // Queued lists the messages queued for a run on CAIRN_OUTBOX.
 func Queued(ctx context.Context, js jetstream.JetStream, runID string) ([]outbox.Message, error) {
-	cons, err := js.OrderedConsumer(ctx, assets.StreamOutbox, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{"cairn.outbox." + runID + ".>"},
-	})
+	evs, err := events.ReadSubject(ctx, js, assets.StreamOutbox, "cairn.outbox."+runID+".>")
 	if err != nil {
 		return nil, fmt.Errorf("listing the outbox of %q: %w", runID, err)
 	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("listing the outbox of %q: %w", runID, err)
-	}
-	pending := int(info.NumPending)
-	var out []outbox.Message
-	for len(out) < pending {
-		batch, err := cons.Fetch(pending-len(out), jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			return nil, fmt.Errorf("listing the outbox of %q: %w", runID, err)
+	out := make([]outbox.Message, 0, len(evs))
+	for _, ev := range evs {
+		var m outbox.Message
+		if ev.Unmarshal(&m) != nil {
+			m = outbox.Message{Key: ev.ID, RunID: runID}
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			ev, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-			if err != nil {
-				continue
-			}
-			var om outbox.Message
-			if ev.Unmarshal(&om) == nil {
-				out = append(out, om)
-			} else {
-				out = append(out, outbox.Message{Key: ev.ID, RunID: runID})
-			}
-		}
-		if batch.Error() != nil || n == 0 {
-			return nil, fmt.Errorf("listing the outbox of %q: got %d of %d messages", runID, len(out), pending)
-		}
+		out = append(out, m)
 	}
 	return out, nil
 }
