@@ -4,12 +4,10 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"net/mail"
@@ -23,9 +21,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/devproc"
 	"github.com/cairnhq/cairn/internal/recon"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
+	"github.com/cairnhq/cairn/pkg/faults"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 
 	_ "modernc.org/sqlite"
@@ -61,8 +61,7 @@ type night struct {
 	dir   string
 	url   string
 	truth recon.Truth
-	dev   *exec.Cmd
-	exit  chan error
+	dev   *devproc.Proc
 	logs  int
 	js    jetstream.JetStream
 }
@@ -91,41 +90,13 @@ func newNight(t *testing.T, unreadable int) *night {
 func (n *night) start(env ...string) {
 	n.t.Helper()
 	n.logs++
-	logf, err := os.Create(filepath.Join(n.dir, fmt.Sprintf("dev-%d.log", n.logs)))
+	p, err := devproc.Start(cairnBin, append(os.Environ(), append([]string{"CAIRN_DATA_DIR=" + n.dir, "CAIRN_NATS_URL=" + n.url,
+		"CAIRN_HEARTBEAT=1s", "CAIRN_LEASE=5s", "CAIRN_ACK_WAIT=30s"}, env...)...),
+		filepath.Join(n.dir, fmt.Sprintf("dev-%d.log", n.logs)), time.Minute)
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	cmd := exec.Command(cairnBin, "dev")
-	cmd.Env = append(os.Environ(), append([]string{"CAIRN_DATA_DIR=" + n.dir, "CAIRN_NATS_URL=" + n.url,
-		"CAIRN_HEARTBEAT=1s", "CAIRN_LEASE=5s", "CAIRN_ACK_WAIT=30s"}, env...)...)
-	cmd.Stderr = logf
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		n.t.Fatal(err)
-	}
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if strings.TrimSpace(sc.Text()) == "ready" {
-				close(ready)
-			}
-		}
-	}()
-	exit := make(chan error, 1)
-	go func() { exit <- cmd.Wait(); logf.Close() }()
-	select {
-	case <-ready:
-	case err := <-exit:
-		n.t.Fatalf("cairn dev ended before ready: %v (log %s)", err, logf.Name())
-	case <-time.After(60 * time.Second):
-		cmd.Process.Kill()
-		n.t.Fatalf("cairn dev not ready within 60 s (log %s)", logf.Name())
-	}
-	n.dev, n.exit = cmd, exit
+	n.dev = p
 	nc, err := nats.Connect(n.url)
 	if err != nil {
 		n.t.Fatal(err)
@@ -134,38 +105,28 @@ func (n *night) start(env ...string) {
 	n.js, _ = jetstream.New(nc)
 }
 
-// waitExit waits for the dev process to end by itself and returns its exit code.
-func (n *night) waitExit(limit time.Duration) int {
+// crash runs `cairn dev` with an @once fault that exits the process, starts the run, and
+// checks that the process died of it.
+func (n *night) crash(fault string) {
 	n.t.Helper()
-	select {
-	case err := <-n.exit:
-		n.dev = nil
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return ee.ExitCode()
-		}
-		if err != nil {
-			n.t.Fatal(err)
-		}
-		return 0
-	case <-time.After(limit):
-		n.t.Fatalf("cairn dev did not exit within %s", limit)
-		return -1
+	n.start("CAIRN_FAULTS=" + fault)
+	n.startRun()
+	code, err := n.dev.Wait(runLimit)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	if code != faults.ExitCode {
+		n.t.Fatalf("cairn dev exited %d, want %d from the injected fault (log %s)", code, faults.ExitCode, n.dev.Log)
+	}
+	if !faults.Fired(filepath.Join(n.dir, "faults"), fault) {
+		n.t.Fatalf("the @once marker of %s is missing: the fault never fired", fault)
 	}
 }
 
 func (n *night) stop() {
-	if n.dev == nil {
-		return
+	if n.dev != nil {
+		n.dev.Stop(20 * time.Second)
 	}
-	_ = n.dev.Process.Signal(os.Interrupt)
-	select {
-	case <-n.exit:
-	case <-time.After(20 * time.Second):
-		_ = n.dev.Process.Kill()
-		<-n.exit
-	}
-	n.dev = nil
 }
 
 func (n *night) publish(subject, body string) {

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
-	"github.com/cairnhq/cairn/pkg/faults"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
 
@@ -80,14 +78,7 @@ func TestNightUninterrupted(t *testing.T) {
 func TestCrashAtLedgerEntry24(t *testing.T) {
 	n := newNight(t, 0)
 	fault := "post-ledger.before-write.24=exit@once"
-	n.start("CAIRN_FAULTS=" + fault)
-	n.startRun()
-	if code := n.waitExit(runLimit); code != faults.ExitCode {
-		t.Fatalf("cairn dev exited %d, want %d from the injected fault", code, faults.ExitCode)
-	}
-	if !faults.Fired(filepath.Join(n.dir, "faults"), fault) {
-		t.Fatal("the fault's @once marker is missing: it never fired")
-	}
+	n.crash(fault)
 	var rows int
 	if err := n.db("ledger.db").QueryRow(`SELECT count(*) FROM ledger_entries`).Scan(&rows); err != nil || rows != 23 {
 		t.Fatalf("after the crash the ledger holds %d rows (%v), want 23", rows, err)
@@ -109,14 +100,7 @@ func TestCrashAtLedgerEntry24(t *testing.T) {
 func TestCrashInExtract(t *testing.T) {
 	n := newNight(t, 0)
 	fault := "extract.before-write.150=exit@once"
-	n.start("CAIRN_FAULTS=" + fault)
-	n.startRun()
-	if code := n.waitExit(runLimit); code != faults.ExitCode {
-		t.Fatalf("cairn dev exited %d, want %d", code, faults.ExitCode)
-	}
-	if !faults.Fired(filepath.Join(n.dir, "faults"), fault) {
-		t.Fatal("the fault never fired")
-	}
+	n.crash(fault)
 	n.start("CAIRN_FAULTS=" + fault)
 	n.waitStatus(runLimit, kc.Done)
 	n.assertTruth()

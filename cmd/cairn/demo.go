@@ -1,15 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -17,7 +16,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/devproc"
 	"github.com/cairnhq/cairn/internal/recon"
+	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -57,30 +58,26 @@ func cmdDemo(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Printf("2. cairn dev with CAIRN_FAULTS=%s, then the start, by NATS\n", demoFault)
-	first, err := startDev(ctx, self, env, *dir, "dev-1.log")
+	first, err := devproc.Start(self, env, filepath.Join(*dir, "dev-1.log"), time.Minute)
 	if err != nil {
 		return err
 	}
 	if err := publishStart(ctx, url, run, wh, date); err != nil {
-		first.Process.Kill()
+		first.Stop(10 * time.Second)
 		return err
 	}
-	werr := first.Wait()
-	var exit *exec.ExitError
-	if !errors.As(werr, &exit) || exit.ExitCode() != 3 {
-		return fmt.Errorf("the first cairn dev should have died at entry 24 of post-ledger (exit 3), ended with %v", werr)
+	if code, err := first.Wait(5 * time.Minute); err != nil || code != 3 {
+		first.Stop(10 * time.Second)
+		return fmt.Errorf("the first cairn dev should have died at entry 24 of post-ledger (exit 3), ended with code %d (%v)", code, err)
 	}
 	fmt.Println("   the process died at entry 24 of post-ledger (exit code 3), as injected")
 	fmt.Println("3. cairn dev again, on the same data")
 	began := time.Now()
-	second, err := startDev(ctx, self, env, *dir, "dev-2.log")
+	second, err := devproc.Start(self, env, filepath.Join(*dir, "dev-2.log"), time.Minute)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		_ = second.Process.Signal(os.Interrupt)
-		_ = second.Wait()
-	}()
+	defer second.Stop(20 * time.Second)
 	nc, err := nats.Connect(url)
 	if err != nil {
 		return err
@@ -102,47 +99,6 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// startDev starts `cairn dev` as a child and waits for its "ready".
-func startDev(ctx context.Context, self string, env []string, dir, logName string) (*exec.Cmd, error) {
-	logf, err := os.Create(filepath.Join(dir, logName))
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(self, "dev")
-	cmd.Env = env
-	cmd.Stderr = logf
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if strings.TrimSpace(sc.Text()) == "ready" {
-				ready <- true
-			}
-		}
-		close(ready)
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			return nil, fmt.Errorf("cairn dev ended before it was ready (see %s)", logf.Name())
-		}
-		return cmd, nil
-	case <-time.After(60 * time.Second):
-		cmd.Process.Kill()
-		return nil, fmt.Errorf("cairn dev not ready within 60 s (see %s)", logf.Name())
-	case <-ctx.Done():
-		cmd.Process.Kill()
-		return nil, ctx.Err()
-	}
 }
 
 func publishStart(ctx context.Context, url, run, wh, date string) error {
@@ -214,6 +170,10 @@ func report(ctx context.Context, js jetstream.JetStream, dir string, rec *kc.Rec
 	_ = ledger.QueryRowContext(ctx, `SELECT count(*), count(DISTINCT key), coalesce(sum(amount_paise),0) FROM ledger_entries WHERE run_id = ?`, rec.RunID).Scan(&rows, &keys, &total)
 	_ = erp.QueryRowContext(ctx, `SELECT count(*) FROM stock_adjustments WHERE run_id = ?`, rec.RunID).Scan(&stock)
 	mails, _ := filepath.Glob(filepath.Join(dir, "mail", "*.eml"))
+	sent, err := sentReport(ctx, js, rec)
+	if err != nil {
+		return err
+	}
 	var wantTotal int64
 	for _, a := range t.Adjustments {
 		wantTotal += a.AmountPaise
@@ -236,11 +196,14 @@ func report(ctx context.Context, js jetstream.JetStream, dir string, rec *kc.Rec
 	line("ledger total (paise)", total, wantTotal)
 	line("stock adjustments", stock, len(t.Adjustments))
 	line("debit notes + report mailed", len(mails), len(t.DebitNotes)+1)
-	line("report: invoices", t.Report.Invoices, t.Report.Invoices)
-	line("report: total (paise)", t.Report.TotalPaise, wantTotal)
+	line("report: invoices", sent.Invoices, t.Report.Invoices)
+	line("report: lines", sent.Lines, t.Report.Lines)
+	line("report: adjustments", sent.Adjustments, t.Report.Adjustments)
+	line("report: total (paise)", sent.TotalPaise, wantTotal)
 	fmt.Printf("\nmail in %s, databases %s and %s\n", filepath.Join(dir, "mail"), filepath.Join(dir, "ledger.db"), filepath.Join(dir, "erp.db"))
 	if rows != len(t.Adjustments) || keys != len(t.Adjustments) || stock != len(t.Adjustments) || total != wantTotal ||
-		len(mails) != len(t.DebitNotes)+1 || counts["extractor.called"] != t.Invoices+len(t.Parked) {
+		len(mails) != len(t.DebitNotes)+1 || counts["extractor.called"] != t.Invoices+len(t.Parked) ||
+		sent.Invoices != t.Report.Invoices || sent.TotalPaise != wantTotal {
 		return errors.New("the night differs from the ground truth")
 	}
 	return nil
@@ -270,4 +233,23 @@ func auditCounts(ctx context.Context, js jetstream.JetStream, run string) (map[s
 		}
 	}
 	return counts, rerun, nil
+}
+
+// sentReport reads the summary the report step sent, from its checkpointed output.
+func sentReport(ctx context.Context, js jetstream.JetStream, rec *kc.Record) (recon.Report, error) {
+	var out struct {
+		Report recon.Report `json:"report"`
+	}
+	store, err := artifacts.Open(ctx, js, assets.ObjectArtifacts)
+	if err != nil {
+		return out.Report, err
+	}
+	b, err := store.Load(ctx, rec.Step("report").Output)
+	if err != nil {
+		return out.Report, err
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return out.Report, fmt.Errorf("the report's output: %w", err)
+	}
+	return out.Report, nil
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/internal/service"
 	"github.com/cairnhq/cairn/pkg/assets"
@@ -23,11 +25,7 @@ func cmdInit(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	c, err := service.Load()
-	if err != nil {
-		return err
-	}
-	nc, js, err := service.Connect(c, "init")
+	c, nc, js, err := connect("init")
 	if err != nil {
 		return err
 	}
@@ -105,4 +103,14 @@ func embedded(c service.Config) (*server.Server, error) {
 		return nil, fmt.Errorf("embedded nats-server on %s did not start", u.Host)
 	}
 	return s, nil
+}
+
+// connect reads the settings and connects to CAIRN_NATS_URL as name.
+func connect(name string) (service.Config, *nats.Conn, jetstream.JetStream, error) {
+	c, err := service.Load()
+	if err != nil {
+		return c, nil, nil, err
+	}
+	nc, js, err := service.Connect(c, name)
+	return c, nc, js, err
 }

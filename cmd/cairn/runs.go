@@ -83,11 +83,7 @@ func cmdStart(ctx context.Context, args []string) error {
 	if err := cmd.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	c, err := service.Load()
-	if err != nil {
-		return err
-	}
-	nc, js, err := service.Connect(c, "cli")
+	_, nc, js, err := connect("cli")
 	if err != nil {
 		return err
 	}
@@ -169,11 +165,7 @@ func cmdStatus(ctx context.Context, args []string) error {
 	if fs.NArg() != 1 {
 		return fmt.Errorf("%w: status RUN", errUsage)
 	}
-	c, err := service.Load()
-	if err != nil {
-		return err
-	}
-	nc, js, err := service.Connect(c, "cli")
+	_, nc, js, err := connect("cli")
 	if err != nil {
 		return err
 	}
