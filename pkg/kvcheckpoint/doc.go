@@ -48,10 +48,11 @@
 // # What a stale writer sees
 //
 // A holder whose compare-and-set fails with jetstream.ErrKeyRevisionMismatch (or
-// gets no answer in time) re-reads the record:
+// gets no answer in time) re-reads the key's history since the revision it wrote on:
 //
-//   - the very record it wrote (its own write_id): the write landed and the answer
-//     was lost; Write returns nil;
+//   - the very record it wrote (its own write_id, or for a release the same bytes) is
+//     among those revisions: the write landed and the answer was lost, even if another
+//     writer wrote after it; Write returns nil and the holder goes on from the latest;
 //   - its own owner and token with other changes (a cancel, the supervisor's
 //     bookkeeping): it applies its change again on the new revision;
 //   - another token, or no lease: it was fenced. Write returns [ErrFenced] and writes

@@ -1,7 +1,6 @@
 package kvcheckpoint
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -36,6 +35,11 @@ type Holder struct {
 // applies the taker's own changes (step in_progress, restart bookkeeping) in the same write.
 // ErrConflict means the record changed: re-read and decide again.
 func (s *Store) Take(ctx context.Context, rec *Record, rev uint64, owner Owner, step string, prepare func(r *Record)) (*Holder, error) {
+	if l := rec.Lease; l != nil {
+		// A lease is taken only when none stands; releasing a dead or expired owner's lease
+		// is its own write (the supervisor's, or a fast takeover's).
+		return nil, fmt.Errorf("taking lease of %q: %s holds it with token %d: %w", rec.RunID, l.Owner, l.Token, ErrLeaseHeld)
+	}
 	next := rec.Clone()
 	next.Lease = &Lease{Owner: owner.Name, OwnerInbox: owner.Inbox, Token: rev, Step: step, WriteID: writeID()}
 	if prepare != nil {
@@ -52,8 +56,8 @@ func (s *Store) Take(ctx context.Context, rec *Record, rev uint64, owner Owner, 
 		if !retryable(err) {
 			return nil, fmt.Errorf("taking lease of %q: %w", rec.RunID, err)
 		}
-		landed, r, lrev := s.landed(ctx, rec.RunID, b)
-		if !landed {
+		landed, r, lrev, _ := s.since(ctx, rec.RunID, rev, b)
+		if !landed || r == nil {
 			return nil, fmt.Errorf("taking lease of %q at revision %d: %w", rec.RunID, rev, ErrConflict)
 		}
 		next, newRev = r, lrev
@@ -103,14 +107,16 @@ func (h *Holder) Write(ctx context.Context, fn func(r *Record) error) error {
 		if !retryable(err) {
 			return fmt.Errorf("writing checkpoint %q: %w", h.runID, err)
 		}
-		cur, rev, raw, lerr := h.store.load(ctx, h.runID)
+		landed, cur, rev, lerr := h.store.since(ctx, h.runID, h.rev, b)
 		if lerr != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("re-reading checkpoint %q: %w", h.runID, lerr)
+			return lerr
 		}
-		if bytes.Equal(raw, b) {
+		if landed {
+			// Later writers (a cancel, the supervisor) may have written after it; the
+			// holder goes on from the latest record.
 			h.rec, h.rev = cur, rev
 			return nil
 		}

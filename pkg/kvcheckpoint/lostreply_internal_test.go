@@ -21,6 +21,8 @@ type lossyKV struct {
 
 	mu   sync.Mutex
 	lose int
+	// then, when set, writes after the lost write landed and before its writer re-reads.
+	then func(ctx context.Context, kv jetstream.KeyValue, key string)
 }
 
 func (k *lossyKV) loseNext(n int) {
@@ -41,6 +43,9 @@ func (k *lossyKV) Update(ctx context.Context, key string, value []byte, last uin
 	}
 	if _, err := k.KeyValue.Update(ctx, key, value, last); err != nil {
 		return 0, err
+	}
+	if k.then != nil {
+		k.then(ctx, k.KeyValue, key)
 	}
 	if k.mode == "timeout" {
 		return 0, context.DeadlineExceeded
@@ -162,4 +167,52 @@ func assertLatest(t *testing.T, st *Store, h *Holder, want uint64) *Record {
 		t.Errorf("holder's record differs from the stored one:\n%s\n%s", a, b)
 	}
 	return got
+}
+
+// TestLostCommitReplyThenCancel: the commit lands, its answer is lost, and a cancel is written
+// before the holder re-reads. The holder must see its commit landed (in the key's history),
+// not take the cancel for a lost lease.
+func TestLostCommitReplyThenCancel(t *testing.T) {
+	st, kv := lossyStore(t, "timeout")
+	ctx := ctxFor(t)
+	rev, err := st.Create(ctx, New("run-1", Params{Warehouse: "ldh", Date: "2026-10-13"}, []string{"fetch", "extract"}, "2026-10-13T22:00:03Z"))
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	rec, _, err := st.Load(ctx, "run-1")
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	h, err := st.Take(ctx, rec, rev, Owner{Name: "fetch/host-1/1", Inbox: "cairn.owner.fetch.x"}, "fetch", nil)
+	if err != nil {
+		t.Fatalf("Take: %v", err)
+	}
+	kv.then = func(ctx context.Context, raw jetstream.KeyValue, key string) {
+		e, err := raw.Get(ctx, key)
+		if err != nil {
+			t.Errorf("cancel: %v", err)
+			return
+		}
+		r, err := Decode(e.Value())
+		if err != nil {
+			t.Errorf("cancel: %v", err)
+			return
+		}
+		r.Status = Cancelled
+		b, _ := Encode(r)
+		if _, err := raw.Update(ctx, key, b, e.Revision()); err != nil {
+			t.Errorf("cancel: %v", err)
+		}
+	}
+	kv.loseNext(1)
+	if err := h.Release(ctx, func(r *Record) error { r.Step("fetch").Status = Verified; return nil }); err != nil {
+		t.Fatalf("Release whose answer was lost before a cancel: %v", err)
+	}
+	got, _, err := st.Load(ctx, "run-1")
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if got.Status != Cancelled || got.Step("fetch").Status != Verified || got.Lease != nil {
+		t.Errorf("status %s, fetch %s, lease %+v; want cancelled, verified, none", got.Status, got.Step("fetch").Status, got.Lease)
+	}
 }

@@ -124,7 +124,7 @@ func (s *Store) LoadAuthoritative(ctx context.Context, runID string) (*Record, u
 		return nil, 0, fmt.Errorf("reading checkpoint %q from the leader: %w", runID, err)
 	}
 	if resp.Error != nil {
-		if resp.Error.Code == 404 {
+		if resp.Error.ErrCode == 10037 { // no message found
 			return nil, 0, fmt.Errorf("reading checkpoint %q from the leader: %w", runID, ErrNotFound)
 		}
 		return nil, 0, fmt.Errorf("reading checkpoint %q from the leader: %s", runID, resp.Error.Description)
@@ -175,7 +175,7 @@ func (s *Store) MutateFrom(ctx context.Context, cur *Record, rev uint64, runID s
 		if !retryable(err) {
 			return nil, 0, fmt.Errorf("writing checkpoint %q: %w", runID, err)
 		}
-		if landed, r, lrev := s.landed(ctx, runID, b); landed {
+		if landed, r, lrev, _ := s.since(ctx, runID, rev, b); landed {
 			return r, lrev, nil
 		}
 		if err := ctx.Err(); err != nil {
@@ -185,18 +185,28 @@ func (s *Store) MutateFrom(ctx context.Context, cur *Record, rev uint64, runID s
 	}
 }
 
-// landed re-reads after an ambiguous or refused write and reports whether the stored record is
-// exactly the one written.
-func (s *Store) landed(ctx context.Context, runID string, written []byte) (bool, *Record, uint64) {
-	_, rev, raw, err := s.load(ctx, runID)
+// since re-reads after an ambiguous or refused write made on revision after: it reports
+// whether the bytes written are among the key's revisions since (the write landed, though
+// others may have written after it) and returns the latest record.
+func (s *Store) since(ctx context.Context, runID string, after uint64, written []byte) (landed bool, latest *Record, rev uint64, err error) {
+	hist, err := s.kv.History(ctx, runID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil, 0, fmt.Errorf("re-reading checkpoint %q: %w", runID, ErrNotFound)
+	}
 	if err != nil {
-		return false, nil, 0
+		return false, nil, 0, fmt.Errorf("re-reading checkpoint %q: %w", runID, err)
 	}
-	if bytes.Equal(raw, written) {
-		r, _ := Decode(raw)
-		return true, r, rev
+	for _, e := range hist {
+		if e.Revision() > after && bytes.Equal(e.Value(), written) {
+			landed = true
+		}
 	}
-	return false, nil, 0
+	last := hist[len(hist)-1]
+	if last.Operation() != jetstream.KeyValuePut {
+		return landed, nil, 0, fmt.Errorf("re-reading checkpoint %q: %w", runID, ErrNotFound)
+	}
+	latest, err = s.decode(runID, last.Value())
+	return landed, latest, last.Revision(), err
 }
 
 // retryable: a lost compare-and-set or an answer that never came; both mean re-read.
