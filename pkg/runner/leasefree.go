@@ -62,9 +62,18 @@ func (r *Runner) failLeaseFree(ctx context.Context, a *Attempt, err error) settl
 	if c == classStopped {
 		return nakAfter(time.Second)
 	}
-	handover := c != classTemporary
-	var attempts int
+	// The note goes first, as for a leased step: a record that says handed_over always has
+	// its note.
+	handover := c != classTemporary || a.rec.Step(a.Step).Attempts+1 >= r.cfg.LoopGuard
 	var note HandoverNote
+	if handover {
+		note = r.note(a.rec, a.Step, fmt.Sprintf("%d", a.Token.Value), err)
+		if perr := r.putNote(wctx, note); perr != nil {
+			r.log.Error("writing handover note", slog.Any("error", perr))
+			return nakAfter(time.Second)
+		}
+	}
+	var attempts int
 	_, _, werr := r.cfg.Store.Mutate(wctx, a.RunID, func(n *kc.Record) error {
 		s := n.Step(a.Step)
 		if s.Status == kc.Verified || n.Status != kc.Running {
@@ -73,8 +82,7 @@ func (r *Runner) failLeaseFree(ctx context.Context, a *Attempt, err error) settl
 		s.Attempts++
 		attempts = s.Attempts
 		s.SetLastError(err.Error())
-		if handover || s.Attempts >= r.cfg.LoopGuard {
-			note = r.note(n, a.Step, fmt.Sprintf("%d", a.Token.Value), err)
+		if handover {
 			n.Status = kc.HandedOver
 			s.Status = kc.Failed
 			n.Handover = &note.ID
@@ -82,14 +90,14 @@ func (r *Runner) failLeaseFree(ctx context.Context, a *Attempt, err error) settl
 		}
 		return nil
 	})
-	if werr != nil && !errors.Is(werr, kc.ErrSkip) {
+	if errors.Is(werr, kc.ErrSkip) {
+		return ack // verified by another, or the run stopped: nothing left to do
+	}
+	if werr != nil {
 		r.log.Warn("recording a failed attempt", slog.Any("error", werr))
 		return nakAfter(time.Second)
 	}
-	if note.ID != "" {
-		if perr := r.putNote(wctx, note); perr != nil {
-			r.log.Error("writing handover note", slog.Any("error", perr))
-		}
+	if handover {
 		r.auditStep(a, "handover", a.Token.Value, err.Error())
 		return ack
 	}
