@@ -54,39 +54,36 @@ func (s debitNotesStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Res
 	}); err != nil {
 		return nil, err
 	}
-	res, err := written(keys)
-	if err != nil {
-		return nil, err
-	}
-	if res.Output, err = output(out); err != nil {
-		return nil, err
-	}
-	res.NextAction = "send the report of " + a.RunID
-	return res, nil
+	return result(out, len(keys), "send the report of "+a.RunID)
 }
 
 // Verify checks every note is on the outbox.
 func (s debitNotesStep) Verify(ctx context.Context, a *runner.Attempt, r *runner.Result) error {
-	return queuedAll(ctx, a, r)
-}
-
-func queuedAll(ctx context.Context, a *runner.Attempt, r *runner.Result) error {
-	var want writtenOutput
-	if err := unmarshal(r.Output, &want); err != nil {
+	var out noteOutput
+	if err := unmarshal(r.Output, &out); err != nil {
 		return err
 	}
-	if len(want.Keys) == 0 {
+	keys := make([]string, len(out.Notes))
+	for i, n := range out.Notes {
+		keys[i] = n.Key
+	}
+	return queuedAll(ctx, a, keys)
+}
+
+// queuedAll checks that every key is on the run's outbox.
+func queuedAll(ctx context.Context, a *runner.Attempt, keys []string) error {
+	if len(keys) == 0 {
 		return nil
 	}
 	msgs, err := supervisor.Queued(ctx, a.JS(), a.RunID)
 	if err != nil {
 		return runner.Temporary(err)
 	}
-	var have []string
-	for _, m := range msgs {
-		have = append(have, m.Key)
+	have := make([]string, len(msgs))
+	for i, m := range msgs {
+		have[i] = m.Key
 	}
-	for _, k := range want.Keys {
+	for _, k := range keys {
 		if !slices.Contains(have, k) {
 			return fmt.Errorf("message %s is not on the outbox", k)
 		}
@@ -123,17 +120,14 @@ func (s reportStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result,
 	}); err != nil {
 		return nil, err
 	}
-	res, err := written([]string{key})
-	if err != nil {
-		return nil, err
-	}
-	if res.Output, err = output(reportOutput{Keys: []string{key}, Report: rep}); err != nil {
-		return nil, err
-	}
-	return res, nil
+	return result(reportOutput{Keys: []string{key}, Report: rep}, 1, "deliver the report of "+a.RunID)
 }
 
 // Verify checks the report is on the outbox.
 func (s reportStep) Verify(ctx context.Context, a *runner.Attempt, r *runner.Result) error {
-	return queuedAll(ctx, a, r)
+	var out reportOutput
+	if err := unmarshal(r.Output, &out); err != nil {
+		return err
+	}
+	return queuedAll(ctx, a, out.Keys)
 }

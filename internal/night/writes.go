@@ -12,11 +12,6 @@ import (
 	"github.com/cairnhq/cairn/pkg/runner"
 )
 
-// writtenOutput lists the keys a writing step wrote (or found written).
-type writtenOutput struct {
-	Keys []string `json:"keys"`
-}
-
 // keyed walks a step's writes in ascending key order, firing the write faults around each.
 func keyed(ctx context.Context, a *runner.Attempt, keys []string, write func(i int) error) error {
 	for i := range keys {
@@ -48,12 +43,19 @@ func adjustments(ctx context.Context, a *runner.Attempt) ([]recon.Adjustment, er
 	return c.Adjustments, nil
 }
 
-func written(keys []string) (*runner.Result, error) {
-	b, err := output(writtenOutput{Keys: keys})
+// result is a writing step's result: its output (what it wrote, so that Verify checks the
+// outside system against it without reading the inputs again) and its effects.
+func result(out any, keys int, next string) (*runner.Result, error) {
+	b, err := output(out)
 	if err != nil {
 		return nil, err
 	}
-	return &runner.Result{Output: b, Effects: &kc.Effects{Keys: len(keys)}, Items: len(keys)}, nil
+	return &runner.Result{Output: b, Effects: &kc.Effects{Keys: keys}, Items: keys, NextAction: next}, nil
+}
+
+// ledgerOutput is what post-ledger wrote.
+type ledgerOutput struct {
+	Entries []books.Entry `json:"entries"`
 }
 
 type postLedgerStep struct{ e *Env }
@@ -66,27 +68,17 @@ func (s postLedgerStep) RaiseFences(ctx context.Context, a *runner.Attempt, t fe
 	return s.e.Ledger.Ledger(a.Params.Shadow).RaiseFence(ctx, t)
 }
 
-func (s postLedgerStep) entries(ctx context.Context, a *runner.Attempt) ([]books.Entry, error) {
+func (s postLedgerStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
 	adjs, err := adjustments(ctx, a)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]books.Entry, len(adjs))
+	es := make([]books.Entry, len(adjs))
+	keys := make([]string, len(adjs))
 	for i, x := range adjs {
-		out[i] = books.Entry{Key: a.RunID + ":" + x.KeySuffix(), RunID: a.RunID, InvoiceNo: x.InvoiceNo, Line: x.Line,
+		es[i] = books.Entry{Key: a.RunID + ":" + x.KeySuffix(), RunID: a.RunID, InvoiceNo: x.InvoiceNo, Line: x.Line,
 			Kind: x.Kind, SupplierID: x.SupplierID, AmountPaise: x.AmountPaise, CreatedAt: stamp(a)}
-	}
-	return out, nil
-}
-
-func (s postLedgerStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
-	es, err := s.entries(ctx, a)
-	if err != nil {
-		return nil, err
-	}
-	keys := make([]string, len(es))
-	for i, e := range es {
-		keys[i] = e.Key
+		keys[i] = es[i].Key
 	}
 	l := s.e.Ledger.Ledger(a.Params.Shadow)
 	if err := keyed(ctx, a, keys, func(i int) error {
@@ -95,21 +87,17 @@ func (s postLedgerStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Res
 	}); err != nil {
 		return nil, err
 	}
-	res, err := written(keys)
-	if err == nil {
-		res.NextAction = fmt.Sprintf("apply %d stock adjustments for %s", len(keys), a.RunID)
-	}
-	return res, err
+	return result(ledgerOutput{Entries: es}, len(es), fmt.Sprintf("apply %d stock adjustments for %s", len(es), a.RunID))
 }
 
 // Verify reads back every key and amount.
-func (s postLedgerStep) Verify(ctx context.Context, a *runner.Attempt, _ *runner.Result) error {
-	es, err := s.entries(ctx, a)
-	if err != nil {
+func (s postLedgerStep) Verify(ctx context.Context, a *runner.Attempt, r *runner.Result) error {
+	var out ledgerOutput
+	if err := unmarshal(r.Output, &out); err != nil {
 		return err
 	}
 	l := s.e.Ledger.Ledger(a.Params.Shadow)
-	for _, want := range es {
+	for _, want := range out.Entries {
 		got, ok, err := l.Get(ctx, want.Key)
 		if err != nil {
 			return runner.Temporary(err)
@@ -119,6 +107,11 @@ func (s postLedgerStep) Verify(ctx context.Context, a *runner.Attempt, _ *runner
 		}
 	}
 	return nil
+}
+
+// stockOutput is what update-stock wrote.
+type stockOutput struct {
+	Adjustments []books.Adjustment `json:"adjustments"`
 }
 
 type updateStockStep struct{ e *Env }
@@ -131,28 +124,18 @@ func (s updateStockStep) RaiseFences(ctx context.Context, a *runner.Attempt, t f
 	return s.e.ERP.Stock(a.Params.Shadow).RaiseFence(ctx, t)
 }
 
-func (s updateStockStep) adjustments(ctx context.Context, a *runner.Attempt) ([]books.Adjustment, error) {
+func (s updateStockStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
 	adjs, err := adjustments(ctx, a)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]books.Adjustment, len(adjs))
+	as := make([]books.Adjustment, len(adjs))
+	keys := make([]string, len(adjs))
 	for i, x := range adjs {
-		out[i] = books.Adjustment{Key: a.RunID + ":stock:" + x.KeySuffix(), RunID: a.RunID, Warehouse: a.Params.Warehouse,
+		as[i] = books.Adjustment{Key: a.RunID + ":stock:" + x.KeySuffix(), RunID: a.RunID, Warehouse: a.Params.Warehouse,
 			SKU: x.SKU, SupplierID: x.SupplierID, QtyDelta: x.QtyDelta, ValueDeltaPaise: x.ValueDeltaPaise,
 			Reason: fmt.Sprintf("%s mismatch on %s line %d", x.Kind, x.InvoiceNo, x.Line), CreatedAt: stamp(a)}
-	}
-	return out, nil
-}
-
-func (s updateStockStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
-	as, err := s.adjustments(ctx, a)
-	if err != nil {
-		return nil, err
-	}
-	keys := make([]string, len(as))
-	for i, x := range as {
-		keys[i] = x.Key
+		keys[i] = as[i].Key
 	}
 	st := s.e.ERP.Stock(a.Params.Shadow)
 	if err := keyed(ctx, a, keys, func(i int) error {
@@ -161,21 +144,17 @@ func (s updateStockStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Re
 	}); err != nil {
 		return nil, err
 	}
-	res, err := written(keys)
-	if err == nil {
-		res.NextAction = "send the debit notes of " + a.RunID
-	}
-	return res, err
+	return result(stockOutput{Adjustments: as}, len(as), "send the debit notes of "+a.RunID)
 }
 
 // Verify reads back every adjustment.
-func (s updateStockStep) Verify(ctx context.Context, a *runner.Attempt, _ *runner.Result) error {
-	as, err := s.adjustments(ctx, a)
-	if err != nil {
+func (s updateStockStep) Verify(ctx context.Context, a *runner.Attempt, r *runner.Result) error {
+	var out stockOutput
+	if err := unmarshal(r.Output, &out); err != nil {
 		return err
 	}
 	st := s.e.ERP.Stock(a.Params.Shadow)
-	for _, want := range as {
+	for _, want := range out.Adjustments {
 		got, ok, err := st.Get(ctx, want.Key)
 		if err != nil {
 			return runner.Temporary(err)
