@@ -44,21 +44,22 @@ func (r *Runner) ownerGone(ctx context.Context, l *kc.Lease) bool {
 }
 
 func (r *Runner) releaseGone(ctx context.Context, runID string, l kc.Lease) {
-	if err := ReleaseGone(ctx, r.cfg.JS, r.cfg.Store, "/cairn/"+r.cfg.Service, runID, l, r.cfg.Now); err != nil {
+	if err := ReleaseLease(ctx, r.cfg.JS, r.cfg.Store, "/cairn/"+r.cfg.Service, runID, l, "owner "+l.Owner+" gone (no responders)", r.cfg.Now); err != nil {
 		r.log.Warn("releasing a dead owner's lease", slog.String("run_id", runID), slog.Any("error", err))
 	}
 }
 
-// ReleaseGone releases the lease of an owner proven gone, by compare-and-set on that very
-// lease, audits it, and publishes the step's event again with the release's revision as
-// Msg-Id. The step stays in_progress, so its next taker knows it restarts.
-func ReleaseGone(ctx context.Context, js jetstream.JetStream, store *kc.Store, source, runID string, l kc.Lease, now func() time.Time) error {
+// ReleaseLease releases a lease whose owner is gone or expired, by compare-and-set on that
+// very lease (a renewal in between keeps it), audits it as reassigned, and publishes the
+// step's event again with the release's revision as Msg-Id. The step stays in_progress, so
+// its next taker knows it restarts.
+func ReleaseLease(ctx context.Context, js jetstream.JetStream, store *kc.Store, source, runID string, l kc.Lease, why string, now func() time.Time) error {
 	rec, rev, err := store.Mutate(ctx, runID, func(n *kc.Record) error {
-		if n.Lease == nil || n.Lease.Owner != l.Owner || n.Lease.Token != l.Token {
+		if n.Lease == nil || *n.Lease != l {
 			return kc.ErrSkip
 		}
 		n.Lease = nil
-		n.Step(l.Step).SetLastError("owner " + l.Owner + " gone (no responders)")
+		n.Step(l.Step).SetLastError(why)
 		return nil
 	})
 	if errors.Is(err, kc.ErrSkip) {
@@ -67,7 +68,7 @@ func ReleaseGone(ctx context.Context, js jetstream.JetStream, store *kc.Store, s
 	if err != nil {
 		return err
 	}
-	a := events.Audit{RunID: runID, Step: l.Step, Event: "reassigned", Token: l.Token, Owner: l.Owner, Detail: "owner gone (no responders)"}
+	a := events.Audit{RunID: runID, Step: l.Step, Event: "reassigned", Token: l.Token, Owner: l.Owner, Detail: why}
 	e, err := events.New(events.AuditStepID(runID, l.Step, "reassigned", rev), events.TypeAudit, source, runID, now(), a)
 	if err == nil {
 		if m, err := events.Encode(events.AuditSubject(runID), e); err == nil {

@@ -66,7 +66,7 @@ func (s *Supervisor) sweepRun(ctx context.Context, runID string, startup bool) e
 	if l := rec.Lease; l != nil {
 		switch {
 		case startup && runner.OwnerGone(ctx, s.cfg.JS.Conn(), l.OwnerInbox, s.cfg.TakeoverGap):
-			return runner.ReleaseGone(ctx, s.cfg.JS, s.cfg.Store, source, runID, *l, s.cfg.Now)
+			return runner.ReleaseLease(ctx, s.cfg.JS, s.cfg.Store, source, runID, *l, "owner "+l.Owner+" gone (no responders)", s.cfg.Now)
 		case now.Sub(obs.since) >= s.cfg.Lease:
 			return s.expire(ctx, runID, *l)
 		}
@@ -92,27 +92,9 @@ func (s *Supervisor) forget(runID string) {
 
 // expire releases a lease not renewed for the lease duration, judged by this clock.
 func (s *Supervisor) expire(ctx context.Context, runID string, l kc.Lease) error {
-	_, rev, err := s.cfg.Store.Mutate(ctx, runID, func(r *kc.Record) error {
-		if r.Lease == nil || *r.Lease != l {
-			return kc.ErrSkip
-		}
-		r.Lease = nil
-		r.Step(l.Step).SetLastError(fmt.Sprintf("lease of %s expired (not renewed for %s)", l.Owner, s.cfg.Lease))
-		return nil
-	})
-	if errors.Is(err, kc.ErrSkip) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
 	s.forget(runID)
-	s.record(ctx, events.AuditStepID(runID, l.Step, "reassigned", rev), events.Audit{RunID: runID, Step: l.Step, Event: "reassigned", Token: l.Token, Owner: l.Owner, Detail: "lease expired"})
-	rec, _, err := s.cfg.Store.Load(ctx, runID)
-	if err != nil {
-		return err
-	}
-	return s.publish(ctx, runID, l.Step, rec.Generation, rev)
+	why := fmt.Sprintf("lease of %s expired (not renewed for %s)", l.Owner, s.cfg.Lease)
+	return runner.ReleaseLease(ctx, s.cfg.JS, s.cfg.Store, source, runID, l, why, s.cfg.Now)
 }
 
 // republish records itself first, so its Msg-Id carries a revision of its own.
