@@ -41,6 +41,13 @@ type Supervisor struct {
 
 	mu   sync.Mutex
 	seen map[string]observation // run -> what the last sweep saw
+	runs map[string]watched     // run -> its latest record, kept by a watch on the bucket
+}
+
+// watched is a run's latest record as the bucket's watch delivered it.
+type watched struct {
+	rec *kc.Record
+	rev uint64
 }
 
 // observation is what a sweep saw of a run, and when by the supervisor's own clock.
@@ -69,12 +76,23 @@ func New(c Config) (*Supervisor, error) {
 	if err := c.Pipeline.Validate(); err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
-	return &Supervisor{cfg: c, audit: audit.New(c.JS, "supervisor", c.Now), log: c.Logger.With(slog.String("service", "supervisor")), seen: map[string]observation{}}, nil
+	return &Supervisor{cfg: c, audit: audit.New(c.JS, "supervisor", c.Now), log: c.Logger.With(slog.String("service", "supervisor")), seen: map[string]observation{}, runs: map[string]watched{}}, nil
 }
 
 // Run frees the leases of owners that are gone, then consumes commands and sweeps until ctx
 // ends. It returns nil on a clean stop.
 func (s *Supervisor) Run(ctx context.Context) error {
+	w, err := s.cfg.Store.KV().WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watching the checkpoints: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	for e := range w.Updates() { // the current records, then nil
+		if e == nil {
+			break
+		}
+		s.observe(e)
+	}
 	s.SweepOnce(ctx, true)
 	cons, err := s.cfg.JS.Consumer(ctx, assets.StreamRuns, assets.ConsumerControl)
 	if err != nil {
@@ -98,6 +116,13 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("the watch on the checkpoints ended")
+			}
+			if e != nil {
+				s.observe(e)
+			}
 		case <-t.C:
 			s.SweepOnce(ctx, false)
 		}

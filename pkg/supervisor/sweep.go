@@ -13,42 +13,55 @@ import (
 	"github.com/cairnhq/cairn/pkg/runner"
 )
 
-// SweepOnce looks at every run once. At start (startup true) it asks every lease owner
-// whether it is alive, so a restarted deployment resumes at once.
-func (s *Supervisor) SweepOnce(ctx context.Context, startup bool) {
-	lister, err := s.cfg.Store.KV().ListKeys(ctx)
-	if err != nil {
-		if !errors.Is(err, jetstream.ErrNoKeysFound) {
-			s.log.Warn("listing runs", slog.Any("error", err))
-		}
+// observe keeps a watched record. A record that does not decode or belongs to another epoch is
+// left out: the step that next touches it hands it over by its note.
+func (s *Supervisor) observe(e jetstream.KeyValueEntry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(s.runs, e.Key())
 		return
 	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
+	rec, err := kc.Decode(e.Value())
+	if err != nil || rec.Epoch != s.cfg.Store.Epoch() {
+		delete(s.runs, e.Key())
+		return
 	}
-	for _, runID := range keys {
+	s.runs[e.Key()] = watched{rec: rec, rev: e.Revision()}
+}
+
+// SweepOnce looks once at every run that is running or finishing, as the watch last saw it.
+// At start (startup true) it asks every lease owner whether it is alive, so a restarted
+// deployment resumes at once.
+func (s *Supervisor) SweepOnce(ctx context.Context, startup bool) {
+	s.mu.Lock()
+	var live []watched
+	for id, w := range s.runs {
+		if w.rec.Status == kc.Running || w.rec.Status == kc.Finishing {
+			live = append(live, w)
+		} else {
+			delete(s.seen, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, w := range live {
 		if ctx.Err() != nil {
 			return
 		}
-		if err := s.sweepRun(ctx, runID, startup); err != nil {
-			s.log.Warn("sweeping run", slog.String("run_id", runID), slog.Any("error", err))
+		if err := s.sweepRun(ctx, w.rec, w.rev, startup); err != nil {
+			s.log.Warn("sweeping run", slog.String("run_id", w.rec.RunID), slog.Any("error", err))
 		}
 	}
 }
 
-func (s *Supervisor) sweepRun(ctx context.Context, runID string, startup bool) error {
-	rec, rev, err := s.cfg.Store.Load(ctx, runID)
-	if err != nil {
-		return err
-	}
+func (s *Supervisor) sweepRun(ctx context.Context, rec *kc.Record, rev uint64, startup bool) error {
+	runID := rec.RunID
 	switch rec.Status {
 	case kc.Finishing:
 		_, err := Settle(ctx, s.cfg.JS, s.cfg.Store, s.cfg.Marks, runID, s.cfg.Now)
 		return err
 	case kc.Running:
 	default:
-		s.forget(runID)
 		return nil
 	}
 	now := s.cfg.Now()
