@@ -49,21 +49,28 @@ func (n *night) assertReport(rec *kc.Record) {
 	}
 }
 
+// assertNight checks a finished night against the ground truth: the books, the mail, the
+// report, no extractor call or document load repeated, and the restarts counted.
+func (n *night) assertNight(rec *kc.Record, restarts int) {
+	n.t.Helper()
+	n.assertTruth()
+	n.assertReport(rec)
+	c := n.audit()
+	if c["extractor.called"] != 312 || c["document.read"] != 312 {
+		n.t.Errorf("extractor calls %d, document reads %d, want 312 each (none repeated)", c["extractor.called"], c["document.read"])
+	}
+	if rec.Restarts != restarts {
+		n.t.Errorf("restarts %d, want %d", rec.Restarts, restarts)
+	}
+}
+
 func TestNightUninterrupted(t *testing.T) {
 	n := newNight(t, 0)
 	n.start()
 	n.startRun()
 	n.startRun() // the same start twice makes one run
 	rec := n.waitStatus(runLimit, kc.Done)
-	n.assertTruth()
-	n.assertReport(rec)
-	c := n.audit()
-	if c["extractor.called"] != 312 || c["document.read"] != 312 {
-		t.Errorf("extractor calls %d, document reads %d, want 312 each", c["extractor.called"], c["document.read"])
-	}
-	if rec.Restarts != 0 {
-		t.Errorf("restarts %d, want 0", rec.Restarts)
-	}
+	n.assertNight(rec, 0)
 	keys, err := n.js.KeyValue(context.Background(), assets.BucketRuns)
 	if err != nil {
 		t.Fatal(err)
@@ -85,15 +92,7 @@ func TestCrashAtLedgerEntry24(t *testing.T) {
 	}
 	n.start("CAIRN_FAULTS=" + fault)
 	rec := n.waitStatus(runLimit, kc.Done)
-	n.assertTruth()
-	n.assertReport(rec)
-	c := n.audit()
-	if c["extractor.called"] != 312 || c["document.read"] != 312 {
-		t.Errorf("extractor calls %d, document reads %d, want 312 each (none repeated)", c["extractor.called"], c["document.read"])
-	}
-	if rec.Restarts != 1 {
-		t.Errorf("restarts %d, want 1", rec.Restarts)
-	}
+	n.assertNight(rec, 1)
 }
 
 // A crash in the middle of extract: the restart asks only about the invoices not answered.

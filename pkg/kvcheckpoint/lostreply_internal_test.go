@@ -89,14 +89,7 @@ func TestLostReply(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			st, kv := lossyStore(t, mode)
 			ctx := ctxFor(t)
-			rev, err := st.Create(ctx, New("run-1", Params{Warehouse: "ldh", Date: "2026-10-13"}, []string{"fetch", "extract"}, "2026-10-13T22:00:03Z"))
-			if err != nil {
-				t.Fatalf("Create: %v", err)
-			}
-			rec, _, err := st.Load(ctx, "run-1")
-			if err != nil {
-				t.Fatalf("Load: %v", err)
-			}
+			rec, rev := createRun(t, st)
 
 			// Take.
 			kv.loseNext(1)
@@ -175,14 +168,7 @@ func assertLatest(t *testing.T, st *Store, h *Holder, want uint64) *Record {
 func TestLostCommitReplyThenCancel(t *testing.T) {
 	st, kv := lossyStore(t, "timeout")
 	ctx := ctxFor(t)
-	rev, err := st.Create(ctx, New("run-1", Params{Warehouse: "ldh", Date: "2026-10-13"}, []string{"fetch", "extract"}, "2026-10-13T22:00:03Z"))
-	if err != nil {
-		t.Fatalf("Create: %v", err)
-	}
-	rec, _, err := st.Load(ctx, "run-1")
-	if err != nil {
-		t.Fatalf("Load: %v", err)
-	}
+	rec, rev := createRun(t, st)
 	h, err := st.Take(ctx, rec, rev, Owner{Name: "fetch/host-1/1", Inbox: "cairn.owner.fetch.x"}, "fetch", nil)
 	if err != nil {
 		t.Fatalf("Take: %v", err)
@@ -215,4 +201,19 @@ func TestLostCommitReplyThenCancel(t *testing.T) {
 	if got.Status != Cancelled || got.Step("fetch").Status != Verified || got.Lease != nil {
 		t.Errorf("status %s, fetch %s, lease %+v; want cancelled, verified, none", got.Status, got.Step("fetch").Status, got.Lease)
 	}
+}
+
+// createRun creates run-1 (fetch, extract) and returns it as loaded.
+func createRun(t *testing.T, st *Store) (*Record, uint64) {
+	t.Helper()
+	ctx := ctxFor(t)
+	rev, err := st.Create(ctx, New("run-1", Params{Warehouse: "ldh", Date: "2026-10-13"}, []string{"fetch", "extract"}, "2026-10-13T22:00:03Z"))
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	rec, _, err := st.Load(ctx, "run-1")
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	return rec, rev
 }
