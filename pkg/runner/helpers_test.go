@@ -28,7 +28,9 @@ var toy = pipeline.Definition{Name: "toy", Steps: []pipeline.Step{
 // stepFunc makes a function a step.
 type stepFunc func(ctx context.Context, a *runner.Attempt) (*runner.Result, error)
 
-func (f stepFunc) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) { return f(ctx, a) }
+func (f stepFunc) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+	return f(ctx, a)
+}
 
 // output returns a step that succeeds with a small JSON output naming it.
 func output(name string) stepFunc {
