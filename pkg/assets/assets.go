@@ -276,10 +276,15 @@ func ensureObjectStore(ctx context.Context, js jetstream.JetStream, want jetstre
 	if err != nil {
 		return fmt.Errorf("looking up object store %s: %w", want.Bucket, err)
 	}
-	if got := s.CachedInfo().Config.Replicas; got != want.Replicas {
-		return fmt.Errorf("object store %s: replicas is %d, want %d: %w", want.Bucket, got, want.Replicas, ErrMismatch)
+	got := s.CachedInfo().Config
+	var diffs []error
+	if got.Replicas != want.Replicas {
+		diffs = append(diffs, fmt.Errorf("object store %s: replicas is %d, want %d: %w", want.Bucket, got.Replicas, want.Replicas, ErrMismatch))
 	}
-	return nil
+	if got.Storage != want.Storage {
+		diffs = append(diffs, fmt.Errorf("object store %s: storage is %v, want %v: %w", want.Bucket, got.Storage, want.Storage, ErrMismatch))
+	}
+	return errors.Join(diffs...)
 }
 
 func ensureConsumer(ctx context.Context, js jetstream.JetStream, want Consumer, create bool) error {

@@ -93,6 +93,9 @@ func parseRule(rule string) (Fault, error) {
 		return f, errors.New("want <step>.<point>[.<n>] before '='")
 	}
 	f.Step, f.Point = parts[0], parts[1]
+	if f.Step == "" {
+		return f, errors.New("the step name is empty")
+	}
 	if !slices.Contains(points, f.Point) {
 		return f, fmt.Errorf("unknown point %q (one of %s)", f.Point, strings.Join(points, ", "))
 	}
@@ -107,6 +110,9 @@ func parseRule(rule string) (Fault, error) {
 	f.Action = kind
 	switch kind {
 	case "exit":
+		if arg != "" {
+			return f, fmt.Errorf("exit takes no argument, not %q", arg)
+		}
 	case "error":
 		switch arg {
 		case "temporary":
@@ -123,6 +129,9 @@ func parseRule(rule string) (Fault, error) {
 			d, err := time.ParseDuration(arg)
 			if err != nil {
 				return f, fmt.Errorf("stall duration %q: %w", arg, err)
+			}
+			if d <= 0 {
+				return f, fmt.Errorf("stall duration %q must be positive (leave it out to stall until stopped)", arg)
 			}
 			f.Stall = d
 		}

@@ -1,0 +1,307 @@
+package artifacts_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/internal/natstest"
+	"github.com/cairnhq/cairn/pkg/artifacts"
+	"github.com/cairnhq/cairn/pkg/kvcheckpoint"
+)
+
+const bucket = "cairn-artifacts"
+
+type fixture struct {
+	store *artifacts.Store
+	obj   jetstream.ObjectStore
+}
+
+func setup(t *testing.T) fixture {
+	t.Helper()
+	js := natstest.JetStream(t)
+	obj, err := js.CreateObjectStore(t.Context(), jetstream.ObjectStoreConfig{Bucket: bucket})
+	if err != nil {
+		t.Fatalf("creating object store: %v", err)
+	}
+	s, err := artifacts.Open(t.Context(), js, bucket)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return fixture{store: s, obj: obj}
+}
+
+// objects lists the object store's names; none when it is empty.
+func (f fixture) objects(t *testing.T) []string {
+	t.Helper()
+	infos, err := f.obj.List(t.Context())
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("listing objects: %v", err)
+	}
+	var names []string
+	for _, i := range infos {
+		names = append(names, i.Name)
+	}
+	return names
+}
+
+func wantDigest(b []byte) string {
+	h := sha256.Sum256(b)
+	return "SHA-256=" + base64.URLEncoding.EncodeToString(h[:])
+}
+
+func objectName(run, step string, b []byte) string {
+	h := sha256.Sum256(b)
+	return run + "/" + step + "/" + hex.EncodeToString(h[:])
+}
+
+// bigJSON is compact JSON of exactly n bytes: a string literal.
+func bigJSON(n int) []byte {
+	return []byte(`"` + strings.Repeat("a", n-2) + `"`)
+}
+
+func TestOpenMissingBucket(t *testing.T) {
+	t.Parallel()
+	js := natstest.JetStream(t)
+	if _, err := artifacts.Open(t.Context(), js, "nope"); err == nil {
+		t.Fatal("Open of a missing bucket = nil error")
+	}
+}
+
+func TestDigest(t *testing.T) {
+	t.Parallel()
+	for _, b := range [][]byte{nil, []byte("x"), bigJSON(5000)} {
+		if got, want := artifacts.Digest(b), wantDigest(b); got != want {
+			t.Errorf("Digest = %s, want %s", got, want)
+		}
+	}
+}
+
+func TestSaveInline(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, data := range [][]byte{
+		[]byte(`{"invoices":12,"total_paise":1234500}`),
+		[]byte(`[1,2,3]`),
+		[]byte(`null`),
+		bigJSON(artifacts.InlineMax), // the largest inline output
+	} {
+		out, err := f.store.Save(t.Context(), "run-1", "extract", data)
+		if err != nil {
+			t.Fatalf("Save(%.40s): %v", data, err)
+		}
+		if out.Object != "" {
+			t.Errorf("Save(%.40s): object %q, want inline", data, out.Object)
+		}
+		if !bytes.Equal(out.Inline, data) {
+			t.Errorf("Save(%.40s): inline %s", data, out.Inline)
+		}
+		if out.Digest != wantDigest(data) {
+			t.Errorf("Save(%.40s): digest %s, want %s", data, out.Digest, wantDigest(data))
+		}
+		if out.Size != int64(len(data)) {
+			t.Errorf("Save(%.40s): size %d, want %d", data, out.Size, len(data))
+		}
+		got, err := f.store.Load(t.Context(), out)
+		if err != nil {
+			t.Fatalf("Load inline: %v", err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Errorf("Load inline = %.40s, want %.40s", got, data)
+		}
+	}
+	if names := f.objects(t); len(names) != 0 {
+		t.Fatalf("inline saves wrote objects %v", names)
+	}
+}
+
+func TestInlineSurvivesTheRecord(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, data := range [][]byte{[]byte(`{"a":[1,2],"b":"x"}`), []byte(`null`), []byte(`"é\u00e9"`), []byte(`""`)} {
+		out, err := f.store.Save(t.Context(), "run-1", "fetch", data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc, err := json.Marshal(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back kvcheckpoint.Output
+		if err := json.Unmarshal(enc, &back); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := f.store.Load(t.Context(), &back); err != nil || !bytes.Equal(got, data) {
+			t.Errorf("Load of %s after a JSON round trip (%s) = %s, %v", data, enc, got, err)
+		}
+	}
+}
+
+func TestSaveEmpty(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	out, err := f.store.Save(t.Context(), "run-1", "fetch", nil)
+	if err != nil {
+		t.Fatalf("Save(empty): %v", err)
+	}
+	got, err := f.store.Load(t.Context(), out)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("Load(empty) = %q, %v", got, err)
+	}
+}
+
+func TestSaveObject(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		data []byte
+	}{
+		{"over 1 KiB", bigJSON(artifacts.InlineMax + 1)},
+		{"large", bigJSON(200_000)},
+		{"not compact", []byte(`{"a": 1}`)},
+		{"escaped by the encoder", []byte(`"<b>"`)},
+		{"not JSON", []byte("plain text")},
+		{"binary", []byte{0, 1, 2, 0xff}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			ctx := t.Context()
+			out, err := f.store.Save(ctx, "run-2026-10-13-ldh", "post-ledger", tt.data)
+			if err != nil {
+				t.Fatalf("Save: %v", err)
+			}
+			name := objectName("run-2026-10-13-ldh", "post-ledger", tt.data)
+			if out.Object != name {
+				t.Errorf("object %q, want %q", out.Object, name)
+			}
+			if out.Inline != nil {
+				t.Errorf("an object output is also inline: %.40s", out.Inline)
+			}
+			if out.Digest != wantDigest(tt.data) || out.Size != int64(len(tt.data)) {
+				t.Errorf("digest %s size %d, want %s %d", out.Digest, out.Size, wantDigest(tt.data), len(tt.data))
+			}
+			info, err := f.obj.GetInfo(ctx, name)
+			if err != nil {
+				t.Fatalf("object info: %v", err)
+			}
+			if info.Digest != out.Digest {
+				t.Errorf("the store's digest %s, the pointer's %s", info.Digest, out.Digest)
+			}
+			got, err := f.store.Load(ctx, out)
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if !bytes.Equal(got, tt.data) {
+				t.Errorf("Load = %d bytes, want %d", len(got), len(tt.data))
+			}
+		})
+	}
+}
+
+func TestSaveTwiceWritesOneObject(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	data := bigJSON(4096)
+	first, err := f.store.Save(ctx, "run-1", "extract", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := f.obj.GetInfo(ctx, first.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := f.store.Save(ctx, "run-1", "extract", bytes.Clone(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Object != first.Object || second.Digest != first.Digest {
+		t.Fatalf("second pointer %+v, first %+v", second, first)
+	}
+	if names := f.objects(t); len(names) != 1 || names[0] != first.Object {
+		t.Fatalf("objects %v, want [%s]", names, first.Object)
+	}
+	again, err := f.obj.GetInfo(ctx, first.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.NUID != info.NUID {
+		t.Fatalf("the object was rewritten (NUID %s, was %s)", again.NUID, info.NUID)
+	}
+	// Another step's output with the same content is its own object.
+	other, err := f.store.Save(ctx, "run-1", "post-ledger", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Object == first.Object || len(f.objects(t)) != 2 {
+		t.Fatalf("another step shares the object %s", other.Object)
+	}
+}
+
+func TestLoadWrongDigest(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	for _, data := range [][]byte{[]byte(`{"n":1}`), bigJSON(3000)} {
+		out, err := f.store.Save(ctx, "run-1", "fetch", data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad := *out
+		bad.Digest = wantDigest([]byte("something else"))
+		if _, err := f.store.Load(ctx, &bad); !errors.Is(err, artifacts.ErrDigest) {
+			t.Errorf("Load with a wrong digest (object %q) = %v, want ErrDigest", out.Object, err)
+		}
+	}
+	// A tampered inline value.
+	out, err := f.store.Save(ctx, "run-1", "fetch", []byte(`{"n":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Inline = []byte(`{"n":2}`)
+	if _, err := f.store.Load(ctx, out); !errors.Is(err, artifacts.ErrDigest) {
+		t.Errorf("Load of a changed inline value = %v, want ErrDigest", err)
+	}
+}
+
+func TestLoadOverwrittenObject(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	out, err := f.store.Save(ctx, "run-1", "extract", bigJSON(2048))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.obj.PutBytes(ctx, out.Object, bigJSON(2049)); err != nil {
+		t.Fatalf("overwriting the object: %v", err)
+	}
+	if _, err := f.store.Load(ctx, out); !errors.Is(err, artifacts.ErrDigest) {
+		t.Fatalf("Load of an overwritten object = %v, want ErrDigest", err)
+	}
+}
+
+func TestLoadMissing(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	if _, err := f.store.Load(ctx, nil); err == nil {
+		t.Error("Load(nil) = nil error")
+	}
+	data := bigJSON(2000)
+	out := &kvcheckpoint.Output{Object: objectName("run-1", "extract", data), Digest: wantDigest(data), Size: 2000}
+	if _, err := f.store.Load(ctx, out); !errors.Is(err, jetstream.ErrObjectNotFound) {
+		t.Errorf("Load of a missing object = %v, want ErrObjectNotFound", err)
+	}
+}
