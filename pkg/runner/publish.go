@@ -16,19 +16,27 @@ import (
 // PublishStep publishes a step's event with Msg-Id <run>:<step>:ready:<rev>, rev being the
 // revision of the write that scheduled it, and waits for the stream's ack.
 func PublishStep(ctx context.Context, js jetstream.JetStream, source, runID, step string, generation int, rev uint64, now time.Time) error {
+	_, err := PublishStepAck(ctx, js, source, runID, step, generation, rev, now)
+	return err
+}
+
+// PublishStepAck is PublishStep that also says whether the stream dropped the event as a
+// duplicate of one published under the same Msg-Id within its window.
+func PublishStepAck(ctx context.Context, js jetstream.JetStream, source, runID, step string, generation int, rev uint64, now time.Time) (duplicate bool, err error) {
 	id := events.StepReadyID(runID, step, rev)
 	e, err := events.New(id, events.TypeStepReady, source, runID, now, events.StepReady{RunID: runID, Step: step, Generation: generation})
 	if err != nil {
-		return fmt.Errorf("building step event %q: %w", id, err)
+		return false, fmt.Errorf("building step event %q: %w", id, err)
 	}
 	m, err := events.Encode(events.StepSubject(step, runID), e)
 	if err != nil {
-		return fmt.Errorf("encoding step event %q: %w", id, err)
+		return false, fmt.Errorf("encoding step event %q: %w", id, err)
 	}
-	if _, err := js.PublishMsg(ctx, m); err != nil {
-		return fmt.Errorf("publishing step event %q: %w", id, err)
+	ack, err := js.PublishMsg(ctx, m)
+	if err != nil {
+		return false, fmt.Errorf("publishing step event %q: %w", id, err)
 	}
-	return nil
+	return ack.Duplicate, nil
 }
 
 // StepEventStored reports whether an event for the run's step waits on CAIRN_STEPS.

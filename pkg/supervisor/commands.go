@@ -7,6 +7,7 @@ import (
 
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/runner"
 )
 
 func (s *Supervisor) apply(ctx context.Context, ev events.Event) error {
@@ -60,13 +61,22 @@ func (s *Supervisor) startAgain(ctx context.Context, runID string, params kc.Par
 		return err
 	}
 	if rec.Params != params {
-		return reject("run %s exists with other parameters (%+v, not %+v)", runID, rec.Params, params)
+		return &rejection{runID: runID, reason: fmt.Sprintf("run %s exists with other parameters (%+v, not %+v)", runID, rec.Params, params)}
 	}
 	first := rec.Pipeline[0]
-	if rec.Status == kc.Running && rec.Lease == nil && rec.Step(first).Status == kc.Pending {
-		return s.publish(ctx, runID, first, rec.Generation, rev)
+	if rec.Status != kc.Running || rec.Lease != nil || rec.Step(first).Status != kc.Pending {
+		return nil
 	}
-	return nil
+	dup, err := runner.PublishStepAck(ctx, s.cfg.JS, source, runID, first, rec.Generation, rev, s.cfg.Now())
+	if err != nil || !dup {
+		return err
+	}
+	// Dropped as a duplicate: fine while the first event still waits; if it was consumed,
+	// publish again under a revision of its own.
+	if stored, err := runner.StepEventStored(ctx, s.cfg.JS, runID, first); err != nil || stored {
+		return err
+	}
+	return s.republish(ctx, runID, first, rev)
 }
 
 func (s *Supervisor) command(ev events.Event) (events.Command, error) {
@@ -90,12 +100,14 @@ func (s *Supervisor) cancel(ctx context.Context, ev events.Event) error {
 		if r.HasRequest(ev.ID) {
 			return kc.ErrSkip
 		}
-		r.AddRequest(ev.ID)
 		switch r.Status {
 		case kc.Running, kc.WaitingApproval, kc.HandedOver:
-			r.Status = kc.Cancelled
-			r.NextAction = fmt.Sprintf("cancelled: cairn resume %[1]s to go on, or cairn undo %[1]s", r.RunID)
+		default:
+			return kc.ErrSkip // nothing to cancel
 		}
+		r.AddRequest(ev.ID)
+		r.Status = kc.Cancelled
+		r.NextAction = fmt.Sprintf("cancelled: cairn resume %[1]s to go on, or cairn undo %[1]s", r.RunID)
 		return nil
 	})
 	if errors.Is(err, kc.ErrNotFound) {
@@ -121,8 +133,13 @@ func (s *Supervisor) resume(ctx context.Context, ev events.Event) error {
 	}
 	var step string
 	rec, rev, err := s.cfg.Store.Mutate(ctx, ev.Subject, func(r *kc.Record) error {
-		if r.HasRequest(ev.ID) || (r.Status != kc.HandedOver && r.Status != kc.Cancelled) || r.Lease != nil {
+		if r.HasRequest(ev.ID) || (r.Status != kc.HandedOver && r.Status != kc.Cancelled) {
 			return kc.ErrSkip
+		}
+		if l := r.Lease; l != nil {
+			// A cancelled run's holder releases its lease at its next commit; until then
+			// the resume waits (the command comes back).
+			return fmt.Errorf("run %s: step %s still holds its lease; resuming after it stops", r.RunID, l.Step)
 		}
 		r.AddRequest(ev.ID)
 		r.Status = kc.Running

@@ -118,6 +118,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			return nil
 		case e, ok := <-w.Updates():
 			if !ok {
+				if ctx.Err() != nil {
+					return nil // the watch ends with ctx: a clean stop
+				}
 				return errors.New("the watch on the checkpoints ended")
 			}
 			if e != nil {
@@ -147,7 +150,11 @@ func (s *Supervisor) Handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Ack()
 	case errors.As(err, &rej), errors.Is(err, events.ErrInvalid), errors.Is(err, events.ErrInvalidID):
 		id := events.RejectedID(assets.StreamRuns, seq)
-		if rerr := s.audit.Reject(ctx, id, ev.Subject, events.NewRejected(assets.StreamRuns, seq, nm, err.Error())); rerr != nil {
+		runID := ev.Subject
+		if rej != nil && rej.runID != "" {
+			runID = rej.runID
+		}
+		if rerr := s.audit.Reject(ctx, id, runID, events.NewRejected(assets.StreamRuns, seq, nm, err.Error())); rerr != nil {
 			s.log.Error("recording a rejected command", slog.Any("error", rerr))
 			_ = m.NakWithDelay(time.Second)
 			return
@@ -161,7 +168,10 @@ func (s *Supervisor) Handle(ctx context.Context, m jetstream.Msg) {
 }
 
 // rejection is a command refused for a reason of its own (not a malformed message).
-type rejection struct{ reason string }
+type rejection struct {
+	reason string
+	runID  string // the run it was about, when the command's subject does not say (a start)
+}
 
 func (r *rejection) Error() string { return r.reason }
 

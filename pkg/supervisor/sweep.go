@@ -18,13 +18,10 @@ import (
 func (s *Supervisor) observe(e jetstream.KeyValueEntry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e.Operation() != jetstream.KeyValuePut {
-		delete(s.runs, e.Key())
-		return
-	}
 	rec, err := kc.Decode(e.Value())
-	if err != nil || rec.Epoch != s.cfg.Store.Epoch() {
+	if e.Operation() != jetstream.KeyValuePut || err != nil || rec.Epoch != s.cfg.Store.Epoch() {
 		delete(s.runs, e.Key())
+		delete(s.seen, e.Key())
 		return
 	}
 	s.runs[e.Key()] = watched{rec: rec, rev: e.Revision()}

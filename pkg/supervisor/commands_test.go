@@ -1,0 +1,210 @@
+package supervisor
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cairnhq/cairn/pkg/events"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+)
+
+func TestCancelStopsARunningRunAndCopiesItsLease(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+	f.create(t, "r1", nil)
+	h := f.take(t, "r1", "a", kc.Owner{Name: "a/host/1", Inbox: "cairn.owner.a.one"})
+	held, _ := h.Record()
+
+	f.command(t, s, events.RunSubject("r1", events.VerbCancel), `{"request_id":"cancel-1"}`)
+
+	rec, rev := f.load(t, "r1")
+	if rec.Status != kc.Cancelled {
+		t.Fatalf("status %s, want cancelled", rec.Status)
+	}
+	if rec.Lease == nil || *rec.Lease != *held.Lease {
+		t.Fatalf("lease %+v, want the holder's %+v unchanged", rec.Lease, held.Lease)
+	}
+	if rec.Step("a").Status != kc.InProgress {
+		t.Fatalf("step a %s, want in_progress (the holder finishes it)", rec.Step("a").Status)
+	}
+	if !slices.Equal(rec.Requests, []string{"cancel-1"}) {
+		t.Fatalf("requests %v", rec.Requests)
+	}
+	if !strings.Contains(rec.NextAction, "cairn resume r1") {
+		t.Fatalf("next_action %q", rec.NextAction)
+	}
+	if ids := f.auditIDs(t, "r1", "run.cancelled"); !slices.Equal(ids, []string{events.AuditStepID("r1", "run", "cancelled", rev)}) {
+		t.Fatalf("run.cancelled audit ids %v", ids)
+	}
+
+	// The holder still owns the lease: its next write (the commit) goes through.
+	if err := h.Renew(f.ctx); err != nil {
+		t.Fatalf("the holder renewing after a cancel: %v", err)
+	}
+	f.nonePublished(t)
+	f.settled(t)
+}
+
+func TestCancelAppliesEachRequestOnce(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+	f.create(t, "r1", nil)
+
+	f.command(t, s, events.RunSubject("r1", events.VerbCancel), `{"request_id":"cancel-1"}`)
+	if rec, _ := f.load(t, "r1"); rec.Status != kc.Cancelled {
+		t.Fatalf("status %s after the first cancel, want cancelled", rec.Status)
+	}
+	// Resumed in between, so a second application would show.
+	_, _, err := f.store.Mutate(f.ctx, "r1", func(r *kc.Record) error { r.Status = kc.Running; return nil })
+	if err != nil {
+		t.Fatalf("setting r1 running: %v", err)
+	}
+	_, rev := f.load(t, "r1")
+
+	f.command(t, s, events.RunSubject("r1", events.VerbCancel), `{"request_id":"cancel-1"}`)
+
+	rec, rev2 := f.load(t, "r1")
+	if rev2 != rev || rec.Status != kc.Running {
+		t.Fatalf("replayed cancel: revision %d (was %d), status %s; want nothing written", rev2, rev, rec.Status)
+	}
+	if !slices.Equal(rec.Requests, []string{"cancel-1"}) {
+		t.Fatalf("requests %v", rec.Requests)
+	}
+	if ids := f.auditIDs(t, "r1", "run.cancelled"); len(ids) != 1 {
+		t.Fatalf("run.cancelled audit ids %v, want one", ids)
+	}
+	if rej := f.rejections(t); len(rej) != 0 {
+		t.Fatalf("rejections %+v", rej)
+	}
+	f.settled(t)
+}
+
+func TestCancelOfAnUnknownRunIsRejected(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+
+	seq := f.command(t, s, events.RunSubject("ghost", events.VerbCancel), ``)
+
+	f.absent(t, "ghost")
+	rej := f.rejections(t)
+	if len(rej) != 1 {
+		t.Fatalf("rejections %+v, want one", rej)
+	}
+	if r := rej[0]; r.event.Subject != "ghost" || r.data.Seq != seq || !strings.Contains(r.data.Reason, "ghost") {
+		t.Fatalf("rejection %+v / %+v", r.event, r.data)
+	}
+	f.settled(t)
+}
+
+func TestResumeRestartsTheFailedStep(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+	f.create(t, "r1", func(r *kc.Record) {
+		r.Status = kc.HandedOver
+		r.Generation = 2
+		r.Step("a").Status = kc.Verified
+		r.Step("b").Status = kc.Failed
+		r.Step("b").Attempts = 3
+		r.Step("b").SetLastError("boom")
+		r.Handover = kc.Ptr("ho-1")
+	})
+
+	f.command(t, s, events.RunSubject("r1", events.VerbResume), `{"request_id":"resume-1"}`)
+
+	rec, rev := f.load(t, "r1")
+	if rec.Status != kc.Running || rec.Handover != nil || rec.Lease != nil {
+		t.Fatalf("status %s handover %v lease %v, want running, no handover, no lease", rec.Status, rec.Handover, rec.Lease)
+	}
+	if b := rec.Step("b"); b.Status != kc.Pending || b.Attempts != 0 {
+		t.Fatalf("step b %s with %d attempts, want pending with 0", b.Status, b.Attempts)
+	}
+	if rec.Step("a").Status != kc.Verified || rec.Step("c").Status != kc.Pending {
+		t.Fatalf("steps a %s c %s", rec.Step("a").Status, rec.Step("c").Status)
+	}
+	if !slices.Equal(rec.Requests, []string{"resume-1"}) {
+		t.Fatalf("requests %v", rec.Requests)
+	}
+	stepEvent(t, f.published(t), "r1", "b", rev, 2)
+	f.nonePublished(t)
+	if ids := f.auditIDs(t, "r1", "run.resumed"); !slices.Equal(ids, []string{events.AuditStepID("r1", "run", "resumed", rev)}) {
+		t.Fatalf("run.resumed audit ids %v", ids)
+	}
+
+	// The same request again writes and publishes nothing.
+	f.command(t, s, events.RunSubject("r1", events.VerbResume), `{"request_id":"resume-1"}`)
+	if _, rev2 := f.load(t, "r1"); rev2 != rev {
+		t.Fatalf("replayed resume wrote revision %d", rev2)
+	}
+	f.nonePublished(t)
+	f.settled(t)
+}
+
+func TestResumeOfARunningRunDoesNothing(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+	rev := f.create(t, "r1", nil)
+
+	f.command(t, s, events.RunSubject("r1", events.VerbResume), ``)
+
+	if _, rev2 := f.load(t, "r1"); rev2 != rev {
+		t.Fatalf("resume of a running run wrote revision %d", rev2)
+	}
+	f.nonePublished(t)
+	if rej := f.rejections(t); len(rej) != 0 {
+		t.Fatalf("rejections %+v", rej)
+	}
+	f.settled(t)
+}
+
+func TestResumeOfAnUnknownRunIsRejected(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+
+	f.command(t, s, events.RunSubject("ghost", events.VerbResume), ``)
+
+	f.absent(t, "ghost")
+	if rej := f.rejections(t); len(rej) != 1 || rej[0].event.Subject != "ghost" {
+		t.Fatalf("rejections %+v, want one naming ghost", rej)
+	}
+	f.settled(t)
+}
+
+// A cancel of a run that is no longer active changes nothing.
+func TestCancelOfADoneRunWritesNothing(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+	rev := f.create(t, "r1", func(r *kc.Record) { r.Status = kc.Done })
+	f.command(t, s, events.RunSubject("r1", "cancel"), "")
+	if rec, got := f.load(t, "r1"); got != rev || rec.Status != kc.Done {
+		t.Fatalf("after cancelling a done run: revision %d (was %d), status %s", got, rev, rec.Status)
+	}
+	f.settled(t)
+}
+
+// A resume that finds the cancelled run's holder still working is not lost: it comes back.
+func TestResumeWaitsForTheLease(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+	f.create(t, "r1", nil)
+	f.take(t, "r1", "a", kc.Owner{Name: "a/host/1", Inbox: "cairn.owner.a.x"})
+	if _, _, err := f.store.Mutate(f.ctx, "r1", func(r *kc.Record) error { r.Status = kc.Cancelled; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	_, rev := f.load(t, "r1")
+	f.command(t, s, events.RunSubject("r1", "resume"), `{"request_id":"resume-1"}`)
+	rec, got := f.load(t, "r1")
+	if got != rev || rec.Status != kc.Cancelled {
+		t.Fatalf("resume while the lease stands: revision %d (was %d), status %s", got, rev, rec.Status)
+	}
+	info, err := f.control.Info(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumAckPending+int(info.NumPending) != 1 {
+		t.Fatalf("the resume was settled (%+v); it must come back", info)
+	}
+	if rej := f.rejections(t); len(rej) != 0 {
+		t.Fatalf("rejections %+v, want none", rej)
+	}
+}
