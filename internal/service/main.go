@@ -30,14 +30,16 @@ func Main(names ...string) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := Run(ctx, c, log, names...); err != nil {
+	ready := func() { fmt.Println("ready") }
+	if err := Run(ctx, c, log, ready, names...); err != nil {
 		log.Error("service stopped", slog.Any("error", err))
 		os.Exit(1)
 	}
 }
 
-// Run connects and runs the named services until ctx ends.
-func Run(ctx context.Context, c Config, log *slog.Logger, names ...string) error {
+// Run connects and runs the named services until ctx ends. It calls ready once connected
+// with the assets checked (a service's process prints "ready" on its standard output).
+func Run(ctx context.Context, c Config, log *slog.Logger, ready func(), names ...string) error {
 	nc, js, err := Connect(c, names[0])
 	if err != nil {
 		return err
@@ -46,6 +48,9 @@ func Run(ctx context.Context, c Config, log *slog.Logger, names ...string) error
 	d, err := Open(ctx, c, js, log)
 	if err != nil {
 		return err
+	}
+	if ready != nil {
+		ready()
 	}
 	return d.RunAll(ctx, names...)
 }
