@@ -31,6 +31,7 @@ type Config struct {
 	ParkLimit       float64       `envconfig:"PARK_LIMIT" default:"0.1"`
 	StallTimeout    time.Duration `envconfig:"STALL_TIMEOUT" default:"10m"`
 	ReassignLimit   int           `envconfig:"REASSIGN_LIMIT" default:"5"`
+	StopGrace       time.Duration `envconfig:"STOP_GRACE" default:"10s"`
 	TakeoverGap     time.Duration `envconfig:"TAKEOVER_GAP" default:"500ms"`
 	ApprovalSteps   []string      `envconfig:"APPROVAL_STEPS"`
 	ApprovalTimeout time.Duration `envconfig:"APPROVAL_TIMEOUT" default:"24h"`
@@ -101,6 +102,15 @@ func (c Config) Validate() error {
 	}
 	if c.Replicas != 1 && c.Replicas != 3 && c.Replicas != 5 {
 		bad("CAIRN_REPLICAS must be 1, 3 or 5, not %d", c.Replicas)
+	}
+	if c.StallTimeout <= c.Lease {
+		bad("CAIRN_STALL_TIMEOUT (%s) must be longer than CAIRN_LEASE (%s)", c.StallTimeout, c.Lease)
+	}
+	if c.ReassignLimit < 1 {
+		bad("CAIRN_REASSIGN_LIMIT must be at least 1, not %d", c.ReassignLimit)
+	}
+	if c.StopGrace <= 0 {
+		bad("CAIRN_STOP_GRACE must be positive, not %s", c.StopGrace)
 	}
 	if c.TakeoverGap <= 0 {
 		bad("CAIRN_TAKEOVER_GAP must be positive, not %s", c.TakeoverGap)

@@ -22,6 +22,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/faults"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/metrics"
 	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/runner"
 	"github.com/cairnhq/cairn/pkg/supervisor"
@@ -62,18 +63,22 @@ type Deps struct {
 	Faults    *faults.Set
 	Logger    *slog.Logger
 	Now       func() time.Time
+	Metrics   *metrics.Metrics
 }
 
-// Open checks the assets and looks them up.
+// Open checks the assets, looks them up, and serves /metrics on CAIRN_METRICS_ADDR until ctx
+// ends.
 func Open(ctx context.Context, c Config, js jetstream.JetStream, log *slog.Logger) (*Deps, error) {
 	if err := assets.Check(ctx, js, c.Assets()); err != nil {
 		return nil, fmt.Errorf("checking the NATS assets (run cairn init): %w", err)
 	}
-	d := &Deps{Config: c, JS: js, Logger: log, Now: time.Now}
+	d := &Deps{Config: c, JS: js, Logger: log, Now: time.Now, Metrics: metrics.New()}
 	var err error
 	if d.Store, err = kc.Open(ctx, js, assets.BucketRuns); err != nil {
 		return nil, err
 	}
+	d.Metrics.CounterFunc("cairn_cas_conflicts_total", "Checkpoint compare-and-set writes refused because another writer changed the record first.",
+		func() float64 { return float64(d.Store.Conflicts()) })
 	if d.Artifacts, err = artifacts.Open(ctx, js, assets.ObjectArtifacts); err != nil {
 		return nil, err
 	}
@@ -84,6 +89,13 @@ func Open(ctx context.Context, c Config, js jetstream.JetStream, log *slog.Logge
 	}
 	if d.Faults, err = faults.Parse(c.Faults, filepath.Join(c.DataDir, "faults")); err != nil {
 		return nil, err
+	}
+	if c.MetricsAddr != "" {
+		addr, err := d.Metrics.Listen(ctx, c.MetricsAddr, log)
+		if err != nil {
+			return nil, fmt.Errorf("CAIRN_METRICS_ADDR: %w", err)
+		}
+		log.Info("serving metrics", slog.String("url", "http://"+addr.String()+"/metrics"))
 	}
 	return d, nil
 }
@@ -130,7 +142,7 @@ func (d *Deps) RunStep(ctx context.Context, env *night.Env, step string) error {
 		StepName: step, Step: impl, Heartbeat: d.Config.Heartbeat, Lease: d.Config.Lease, TakeoverGap: d.Config.TakeoverGap,
 		RetryAttempts: d.Config.RetryAttempts, LoopGuard: d.Config.LoopGuard, ParkLimit: d.Config.ParkLimit,
 		MaxDeliver: d.Config.MaxDeliver, Faults: d.Faults, Now: d.Now, Logger: d.Logger.With(slog.String("service", step)),
-		Finishing: d.settle,
+		Finishing: d.settle, StopGrace: d.Config.StopGrace, Metrics: d.Metrics,
 	})
 	if err != nil {
 		return err
@@ -147,8 +159,9 @@ func (d *Deps) settle(ctx context.Context, runID string) {
 // RunSupervisor runs the supervisor until ctx ends.
 func (d *Deps) RunSupervisor(ctx context.Context) error {
 	s, err := supervisor.New(supervisor.Config{
-		JS: d.JS, Store: d.Store, Marks: d.Marks, Pipeline: night.Pipeline, Lease: d.Config.Lease,
-		TakeoverGap: d.Config.TakeoverGap, Now: d.Now, Logger: d.Logger.With(slog.String("service", "supervisor")),
+		JS: d.JS, Store: d.Store, Marks: d.Marks, Handovers: d.Handovers, Pipeline: night.Pipeline, Lease: d.Config.Lease,
+		TakeoverGap: d.Config.TakeoverGap, StallTimeout: d.Config.StallTimeout, ReassignLimit: d.Config.ReassignLimit,
+		Now: d.Now, Logger: d.Logger.With(slog.String("service", "supervisor")), Metrics: d.Metrics,
 	})
 	if err != nil {
 		return err
@@ -166,11 +179,17 @@ func (d *Deps) RunOutboxSender(ctx context.Context) error {
 	}
 	log := d.Logger.With(slog.String("service", "outbox-sender"))
 	rej := audit.New(d.JS, "outbox-sender", d.Now)
+	d.Metrics.Func("cairn_outbox_backlog", "Outbox messages not yet sent (pending and unacknowledged on the outbox-sender consumer).", d.outboxBacklog(ctx))
 	s, err := outbox.NewSender(outbox.SenderConfig{
-		JS: d.JS, Transport: t, Logger: log,
+		JS: d.JS, Transport: countingTransport{t, d.Metrics}, Logger: log,
 		Admit:  d.admit,
 		Marked: func(ctx context.Context, runID string) { d.settle(ctx, runID) },
+		Dropped: func(ctx context.Context, m outbox.Message, reason string) {
+			d.Metrics.Outbox.WithLabelValues("dropped").Inc()
+			log.Warn("outbox message dropped", slog.String("run_id", m.RunID), slog.String("key", m.Key), slog.String("reason", reason))
+		},
 		Rejected: func(ctx context.Context, m jetstream.Msg, reason error) {
+			d.Metrics.Outbox.WithLabelValues("rejected").Inc()
 			meta, _ := m.Metadata()
 			var seq uint64
 			if meta != nil {
@@ -203,4 +222,35 @@ func (d *Deps) admit(ctx context.Context, m outbox.Message) (bool, string, error
 		return false, fmt.Sprintf("token %d is below the %d its step committed with", m.Token, *s.Token), nil
 	}
 	return true, "", nil
+}
+
+// outboxBacklog reads the outbox-sender consumer's backlog at scrape time; -1 when it cannot.
+func (d *Deps) outboxBacklog(ctx context.Context) func() float64 {
+	return func() float64 {
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		c, err := d.JS.Consumer(qctx, assets.StreamOutbox, assets.ConsumerOutbox)
+		if err != nil {
+			return -1
+		}
+		info, err := c.Info(qctx)
+		if err != nil {
+			return -1
+		}
+		return float64(info.NumPending) + float64(info.NumAckPending)
+	}
+}
+
+// countingTransport counts the messages handed to the outside system.
+type countingTransport struct {
+	outbox.Transport
+	m *metrics.Metrics
+}
+
+func (t countingTransport) Deliver(ctx context.Context, m outbox.Message, raw []byte) error {
+	err := t.Transport.Deliver(ctx, m, raw)
+	if err == nil {
+		t.m.Outbox.WithLabelValues("sent").Inc()
+	}
+	return err
 }

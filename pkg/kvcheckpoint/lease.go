@@ -53,7 +53,7 @@ func (s *Store) Take(ctx context.Context, rec *Record, rev uint64, owner Owner, 
 	newRev, err := s.kv.Update(wctx, rec.RunID, b, rev)
 	cancel()
 	if err != nil {
-		if !retryable(err) {
+		if !s.retryable(err) {
 			return nil, fmt.Errorf("taking lease of %q: %w", rec.RunID, err)
 		}
 		landed, r, lrev, _ := s.since(ctx, rec.RunID, rev, b)
@@ -104,7 +104,7 @@ func (h *Holder) Write(ctx context.Context, fn func(r *Record) error) error {
 			h.rec, h.rev = next, newRev
 			return nil
 		}
-		if !retryable(err) {
+		if !h.store.retryable(err) {
 			return fmt.Errorf("writing checkpoint %q: %w", h.runID, err)
 		}
 		landed, cur, rev, lerr := h.store.since(ctx, h.runID, h.rev, b)

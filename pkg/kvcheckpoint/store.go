@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,6 +25,8 @@ type Store struct {
 	kv     jetstream.KeyValue
 	bucket string
 	epoch  string
+
+	conflicts atomic.Int64
 }
 
 // Open looks up the bucket and its epoch. The bucket must exist (cairn init creates it).
@@ -48,6 +51,10 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string) (*Store, e
 
 // Epoch is the bucket's epoch, which every record carries.
 func (s *Store) Epoch() string { return s.epoch }
+
+// Conflicts counts the compare-and-set writes this store saw refused because another writer
+// had changed the record first.
+func (s *Store) Conflicts() int64 { return s.conflicts.Load() }
 
 // KV is the underlying bucket, for watchers.
 func (s *Store) KV() jetstream.KeyValue { return s.kv }
@@ -172,7 +179,7 @@ func (s *Store) MutateFrom(ctx context.Context, cur *Record, rev uint64, runID s
 		if err == nil {
 			return next, newRev, nil
 		}
-		if !retryable(err) {
+		if !s.retryable(err) {
 			return nil, 0, fmt.Errorf("writing checkpoint %q: %w", runID, err)
 		}
 		if landed, r, lrev, _ := s.since(ctx, runID, rev, b); landed {
@@ -209,9 +216,13 @@ func (s *Store) since(ctx context.Context, runID string, after uint64, written [
 	return landed, latest, last.Revision(), err
 }
 
-// retryable: a lost compare-and-set or an answer that never came; both mean re-read.
-func retryable(err error) bool {
-	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) ||
+// retryable: a lost compare-and-set (counted) or an answer that never came; both mean re-read.
+func (s *Store) retryable(err error) bool {
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		s.conflicts.Add(1)
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) ||

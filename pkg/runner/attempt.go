@@ -28,6 +28,8 @@ type Attempt struct {
 	rec      *kvcheckpoint.Record
 	r        *Runner
 	batch    *audit.Batch
+	log      *slog.Logger // carries run_id, step and token
+	began    time.Time
 	hbPaused atomic.Bool
 }
 
@@ -91,6 +93,7 @@ func (a *Attempt) Retry(ctx context.Context, fn func(try int) error) error {
 		if try+1 == a.r.cfg.RetryAttempts {
 			break
 		}
+		a.r.m.Retries.WithLabelValues(a.Step, "item").Inc()
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
@@ -108,7 +111,7 @@ func (a *Attempt) Now() time.Time { return a.r.cfg.Now() }
 
 // Logger carries the run, step and token.
 func (a *Attempt) Logger() *slog.Logger {
-	return a.r.log.With(slog.String("run_id", a.RunID), slog.Uint64("token", a.Token.Value))
+	return a.log
 }
 
 // JS is the JetStream handle.

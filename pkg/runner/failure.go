@@ -22,11 +22,14 @@ func (r *Runner) fail(ctx context.Context, a *Attempt, h *kc.Holder, err error) 
 		r.fenced(wctx, a, err)
 		return ack
 	case classStopped:
+		r.observe(a, "stopped")
 		if rerr := h.Release(wctx, func(n *kc.Record) error {
 			n.Step(a.Step).Status = kc.Pending
 			return nil
 		}); rerr != nil {
-			r.log.Warn("releasing the lease on stop", slog.Any("error", rerr))
+			a.log.Warn("releasing the lease on stop", slog.Any("error", rerr))
+		} else {
+			a.log.Info("stopped: lease released, message handed back")
 		}
 		return nakAfter(time.Second)
 	case classTemporary:
@@ -48,7 +51,9 @@ func (r *Runner) fail(ctx context.Context, a *Attempt, h *kc.Holder, err error) 
 			return ack
 		}
 		r.auditStep(a, "step.failed", a.Token.Value, err.Error())
-		r.log.Warn("attempt failed, will retry", slog.String("run_id", a.RunID), slog.Int("attempts", attempts), slog.Any("error", err))
+		r.observe(a, "temporary")
+		r.m.Retries.WithLabelValues(a.Step, "attempt").Inc()
+		a.log.Warn("attempt failed, will retry", slog.Int("attempts", attempts), slog.Any("error", err))
 		return nakAfter(backoff(attempts))
 	default:
 		return r.handover(wctx, a, h, err)
@@ -63,7 +68,9 @@ func backoff(attempts int) time.Duration {
 // fenced: the attempt lost its lease; it writes nothing more and publishes no step event.
 func (r *Runner) fenced(ctx context.Context, a *Attempt, err error) {
 	r.fencedTotal.Add(1)
-	r.log.Warn("fenced", slog.String("run_id", a.RunID), slog.Uint64("token", a.Token.Value), slog.Any("error", err))
+	r.m.Fenced.WithLabelValues(a.Step).Inc()
+	r.observe(a, "fenced")
+	a.log.Warn("fenced", slog.Any("error", err))
 	r.auditStep(a, "fenced", a.Token.Value, err.Error())
 }
 
@@ -92,7 +99,7 @@ func (r *Runner) handover(ctx context.Context, a *Attempt, h *kc.Holder, cause e
 	cur, _ := h.Record()
 	note := r.note(cur, a.Step, fmt.Sprintf("%d", a.Token.Value), cause)
 	if err := r.putNote(ctx, note); err != nil {
-		r.log.Error("writing handover note", slog.Any("error", err))
+		a.log.Error("writing handover note", slog.Any("error", err))
 		return nakAfter(time.Second)
 	}
 	err := h.Release(ctx, func(n *kc.Record) error {
@@ -109,12 +116,14 @@ func (r *Runner) handover(ctx context.Context, a *Attempt, h *kc.Holder, cause e
 		return ack
 	}
 	if err != nil {
-		r.log.Error("recording the handover", slog.Any("error", err))
+		a.log.Error("recording the handover", slog.Any("error", err))
 		return nakAfter(time.Second)
 	}
 	r.auditStep(a, "handover", a.Token.Value, cause.Error())
 	_ = a.batch.Wait(ctx)
-	r.log.Error("run handed over", slog.String("run_id", a.RunID), slog.String("note", note.ID), slog.Any("error", cause))
+	r.m.Handovers.WithLabelValues(a.Step, "step_failed").Inc()
+	r.observe(a, "handover")
+	a.log.Error("run handed over", slog.String("note", note.ID), slog.Any("error", cause))
 	return ack
 }
 

@@ -60,6 +60,7 @@ func (r *Runner) failLeaseFree(ctx context.Context, a *Attempt, err error) settl
 	defer func() { _ = a.batch.Wait(wctx) }()
 	c := classify(err)
 	if c == classStopped {
+		r.observe(a, "stopped")
 		return nakAfter(time.Second)
 	}
 	// The note goes first, as for a leased step: a record that says handed_over always has
@@ -69,7 +70,7 @@ func (r *Runner) failLeaseFree(ctx context.Context, a *Attempt, err error) settl
 	if handover {
 		note = r.note(a.rec, a.Step, fmt.Sprintf("%d", a.Token.Value), err)
 		if perr := r.putNote(wctx, note); perr != nil {
-			r.log.Error("writing handover note", slog.Any("error", perr))
+			a.log.Error("writing handover note", slog.Any("error", perr))
 			return nakAfter(time.Second)
 		}
 	}
@@ -94,13 +95,19 @@ func (r *Runner) failLeaseFree(ctx context.Context, a *Attempt, err error) settl
 		return ack // verified by another, or the run stopped: nothing left to do
 	}
 	if werr != nil {
-		r.log.Warn("recording a failed attempt", slog.Any("error", werr))
+		a.log.Warn("recording a failed attempt", slog.Any("error", werr))
 		return nakAfter(time.Second)
 	}
 	if handover {
 		r.auditStep(a, "handover", a.Token.Value, err.Error())
+		r.m.Handovers.WithLabelValues(a.Step, "step_failed").Inc()
+		r.observe(a, "handover")
+		a.log.Error("run handed over", slog.String("note", note.ID), slog.Any("error", err))
 		return ack
 	}
 	r.auditStep(a, "step.failed", a.Token.Value, err.Error())
+	r.observe(a, "temporary")
+	r.m.Retries.WithLabelValues(a.Step, "attempt").Inc()
+	a.log.Warn("attempt failed, will retry", slog.Int("attempts", attempts), slog.Any("error", err))
 	return nakAfter(backoff(attempts))
 }

@@ -87,10 +87,15 @@ func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.Step
 }
 
 func (r *Runner) newAttempt(rec *kc.Record, token uint64, restart bool) *Attempt {
+	if restart {
+		r.m.Restarts.WithLabelValues(r.cfg.StepName).Inc()
+	}
+	r.m.StepsStarted.WithLabelValues(r.cfg.StepName).Inc()
 	return &Attempt{
 		RunID: rec.RunID, Step: r.cfg.StepName, Params: rec.Params, Generation: rec.Generation,
 		Token:   fence.Token{RunID: rec.RunID, Epoch: r.cfg.Store.Epoch(), Value: token},
-		Restart: restart, rec: rec, r: r, batch: r.audit.Batch(),
+		Restart: restart, rec: rec, r: r, batch: r.audit.Batch(), began: r.cfg.Now(),
+		log: r.log.With(slog.String("run_id", rec.RunID), slog.Uint64("token", token)),
 	}
 }
 
@@ -141,22 +146,29 @@ func (r *Runner) hold(ctx context.Context, m jetstream.Msg, a *Attempt, h *kc.Ho
 // afterCommit is point 10: publish the next step's event, wait for the audit, ack.
 func (r *Runner) afterCommit(ctx context.Context, a *Attempt, committed *kc.Record, crev uint64) settleFunc {
 	if err := a.Fault(ctx, faults.AfterCommit, 0); err != nil {
-		r.log.Warn("fault after commit", slog.Any("error", err))
+		a.log.Warn("fault after commit", slog.Any("error", err))
 	}
 	r.auditStep(a, "step.verified", crev, "")
 	if committed.Status == kc.Running {
 		if next := committed.Next(a.Step); next != "" {
 			if err := a.Fault(ctx, faults.BeforeNextPublish, 0); err != nil {
-				r.log.Warn("fault before next publish", slog.Any("error", err))
+				a.log.Warn("fault before next publish", slog.Any("error", err))
 			}
 			if err := r.publishStep(ctx, committed.RunID, next, committed.Generation, crev); err != nil {
-				r.log.Warn("publishing the next step; the supervisor will move the run on", slog.Any("error", err))
+				a.log.Warn("publishing the next step; the supervisor will move the run on", slog.Any("error", err))
 			}
 		}
 	}
 	if err := a.batch.Wait(ctx); err != nil {
-		r.log.Warn("audit events not stored", slog.Any("error", err))
+		a.log.Warn("audit events not stored", slog.Any("error", err))
 	}
+	r.m.StepsVerified.WithLabelValues(a.Step).Inc()
+	r.m.Parked.WithLabelValues(a.Step).Add(float64(committed.Step(a.Step).ParkedCount))
+	r.observe(a, "verified")
+	if committed.Status == kc.Finishing {
+		r.m.RunRestarts.Observe(float64(committed.Restarts))
+	}
+	a.log.Info("step verified", slog.Int("parked", committed.Step(a.Step).ParkedCount))
 	if committed.Status == kc.Finishing && r.cfg.Finishing != nil {
 		r.cfg.Finishing(ctx, committed.RunID)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/faults"
 	"github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/metrics"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 )
 
@@ -44,6 +45,10 @@ type Config struct {
 	ParkLimit     float64       // default 0.1
 	MaxDeliver    int           // default 20
 	CodeVersion   string        // default v0.1.0
+	// StopGrace is how long the step in hand may go on after ctx ends (SIGTERM) before it is
+	// stopped: lease released, message handed back with a delay. Default 10s.
+	StopGrace time.Duration
+	Metrics   *metrics.Metrics // default: metrics of its own, not served
 
 	Faults *faults.Set
 	Now    func() time.Time
@@ -62,6 +67,10 @@ func (c Config) withDefaults() Config {
 	c.ParkLimit = cmp.Or(c.ParkLimit, 0.1)
 	c.MaxDeliver = cmp.Or(c.MaxDeliver, 20)
 	c.CodeVersion = cmp.Or(c.CodeVersion, "v0.1.0")
+	c.StopGrace = cmp.Or(c.StopGrace, 10*time.Second)
+	if c.Metrics == nil {
+		c.Metrics = metrics.New()
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -96,6 +105,7 @@ type Runner struct {
 	owner kvcheckpoint.Owner
 	audit *audit.Publisher
 	log   *slog.Logger
+	m     *metrics.Metrics
 
 	fencedTotal atomic.Int64
 }
@@ -119,13 +129,16 @@ func New(c Config) (*Runner, error) {
 		cfg: c, def: def, owner: owner,
 		audit: audit.New(c.JS, c.Service, c.Now),
 		log:   c.Logger.With(slog.String("step", c.StepName), slog.String("owner", owner.Name)),
+		m:     c.Metrics,
 	}, nil
 }
 
 // Owner is this runner's identity in leases.
 func (r *Runner) Owner() kvcheckpoint.Owner { return r.owner }
 
-// Run consumes the step's messages until ctx ends; it returns nil on a clean stop.
+// Run consumes the step's messages until ctx ends, then stops taking work and gives the step
+// in hand StopGrace to finish before stopping it (its lease released, its message handed back
+// with a delay). It returns nil on a clean stop.
 func (r *Runner) Run(ctx context.Context) error {
 	sub, err := r.cfg.JS.Conn().Subscribe(r.owner.Inbox, func(m *nats.Msg) { _ = m.Respond([]byte("alive")) })
 	if err != nil {
@@ -136,24 +149,42 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("looking up consumer %q: %w", r.cfg.StepName, err)
 	}
+	// The work goes on for StopGrace after ctx ends, so the step in hand may finish.
+	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWork()
 	var wg sync.WaitGroup
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		wg.Add(1)
 		defer wg.Done()
-		r.Handle(ctx, m)
-	}, jetstream.PullMaxMessages(4))
+		if ctx.Err() != nil {
+			_ = m.Nak() // stopping: a message still buffered goes back at once, for another instance
+			return
+		}
+		r.Handle(work, m)
+	}, jetstream.PullMaxMessages(1))
 	if err != nil {
 		return fmt.Errorf("consuming %q: %w", r.cfg.StepName, err)
 	}
 	<-ctx.Done()
+	r.log.Info("stopping: no new work; the step in hand has its grace", slog.Duration("grace", r.cfg.StopGrace))
+	grace := time.AfterFunc(r.cfg.StopGrace, stopWork)
+	defer grace.Stop()
 	cc.Drain()
 	select {
 	case <-cc.Closed():
-	case <-time.After(10 * time.Second):
+	case <-time.After(r.cfg.StopGrace + 10*time.Second):
 		cc.Stop()
 	}
 	wg.Wait()
 	return nil
+}
+
+// observe records how long an attempt took, by outcome.
+func (r *Runner) observe(a *Attempt, outcome string) {
+	r.m.StepDuration.WithLabelValues(a.Step, outcome).Observe(r.cfg.Now().Sub(a.began).Seconds())
+	if outcome != "verified" {
+		r.m.StepsFailed.WithLabelValues(a.Step, outcome).Inc()
+	}
 }
 
 // Handle follows the step protocol for one message and settles it.

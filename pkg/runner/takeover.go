@@ -44,16 +44,21 @@ func (r *Runner) ownerGone(ctx context.Context, l *kc.Lease) bool {
 }
 
 func (r *Runner) releaseGone(ctx context.Context, runID string, l kc.Lease) {
-	if err := ReleaseLease(ctx, r.cfg.JS, r.cfg.Store, "/cairn/"+r.cfg.Service, runID, l, "owner "+l.Owner+" gone (no responders)", r.cfg.Now); err != nil {
+	released, err := ReleaseLease(ctx, r.cfg.JS, r.cfg.Store, "/cairn/"+r.cfg.Service, runID, l, "owner "+l.Owner+" gone (no responders)", r.cfg.Now)
+	if err != nil {
 		r.log.Warn("releasing a dead owner's lease", slog.String("run_id", runID), slog.Any("error", err))
+	}
+	if released {
+		r.m.Reassignments.WithLabelValues(l.Step, "owner_gone").Inc()
+		r.log.Info("released a dead owner's lease", slog.String("run_id", runID), slog.String("dead_owner", l.Owner), slog.Uint64("token", l.Token))
 	}
 }
 
 // ReleaseLease releases a lease whose owner is gone or expired, by compare-and-set on that
 // very lease (a renewal in between keeps it), audits it as reassigned, and publishes the
 // step's event again with the release's revision as Msg-Id. The step stays in_progress, so
-// its next taker knows it restarts.
-func ReleaseLease(ctx context.Context, js jetstream.JetStream, store *kc.Store, source, runID string, l kc.Lease, why string, now func() time.Time) error {
+// its next taker knows it restarts. released says whether this call released the lease.
+func ReleaseLease(ctx context.Context, js jetstream.JetStream, store *kc.Store, source, runID string, l kc.Lease, why string, now func() time.Time) (released bool, err error) {
 	rec, rev, err := store.Mutate(ctx, runID, func(n *kc.Record) error {
 		if n.Lease == nil || *n.Lease != l {
 			return kc.ErrSkip
@@ -63,10 +68,10 @@ func ReleaseLease(ctx context.Context, js jetstream.JetStream, store *kc.Store, 
 		return nil
 	})
 	if errors.Is(err, kc.ErrSkip) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	a := events.Audit{RunID: runID, Step: l.Step, Event: "reassigned", Token: l.Token, Owner: l.Owner, Detail: why}
 	e, err := events.New(events.AuditStepID(runID, l.Step, "reassigned", rev), events.TypeAudit, source, runID, now(), a)
@@ -76,7 +81,7 @@ func ReleaseLease(ctx context.Context, js jetstream.JetStream, store *kc.Store, 
 		}
 	}
 	if rec.Status != kc.Running {
-		return nil
+		return true, nil
 	}
-	return PublishStep(ctx, js, source, runID, l.Step, rec.Generation, rev, now())
+	return true, PublishStep(ctx, js, source, runID, l.Step, rec.Generation, rev, now())
 }

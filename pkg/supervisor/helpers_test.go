@@ -20,6 +20,12 @@ import (
 // testLease is the lease duration the test supervisors judge expiry by, on the test clock.
 const testLease = 2 * time.Second
 
+// testStall and testReassignLimit are the test supervisors' stall timeout and reassign limit.
+const (
+	testStall         = time.Minute
+	testReassignLimit = 2
+)
+
 // abc is the test pipeline: a leased step, a lease-free one, and a leased last step.
 var abc = pipeline.Definition{Name: "abc", Steps: []pipeline.Step{
 	{Name: "a", Kind: pipeline.SourceRead, Leased: true},
@@ -56,6 +62,7 @@ type fixture struct {
 	nc      *nats.Conn
 	store   *kc.Store
 	marks   jetstream.KeyValue
+	notes   jetstream.KeyValue
 	clock   *clock
 	control jetstream.Consumer
 	seen    chan *nats.Msg // step events and sentinels, in the order the server sent them
@@ -79,12 +86,16 @@ func setup(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatalf("opening the marks: %v", err)
 	}
+	notes, err := js.KeyValue(ctx, assets.BucketHandovers)
+	if err != nil {
+		t.Fatalf("opening the handovers: %v", err)
+	}
 	control, err := js.Consumer(ctx, assets.StreamRuns, assets.ConsumerControl)
 	if err != nil {
 		t.Fatalf("looking up the control consumer: %v", err)
 	}
 	f := &fixture{
-		ctx: ctx, js: js, nc: js.Conn(), store: store, marks: marks, control: control,
+		ctx: ctx, js: js, nc: js.Conn(), store: store, marks: marks, notes: notes, control: control,
 		clock: &clock{t: time.Date(2026, 10, 13, 22, 0, 0, 0, time.UTC)},
 		seen:  make(chan *nats.Msg, 256),
 	}
@@ -105,8 +116,8 @@ func setup(t *testing.T) *fixture {
 func (f *fixture) supervisor(t *testing.T) *Supervisor {
 	t.Helper()
 	s, err := New(Config{
-		JS: f.js, Store: f.store, Marks: f.marks, Pipeline: abc,
-		Lease: testLease, TakeoverGap: 50 * time.Millisecond, Sweep: 50 * time.Millisecond,
+		JS: f.js, Store: f.store, Marks: f.marks, Handovers: f.notes, Pipeline: abc,
+		Lease: testLease, StallTimeout: testStall, ReassignLimit: testReassignLimit, TakeoverGap: 50 * time.Millisecond, Sweep: 50 * time.Millisecond,
 		Now: f.clock.Now,
 	})
 	if err != nil {

@@ -36,7 +36,11 @@ func (f *fixture) other(t *testing.T) *Supervisor {
 	if err != nil {
 		t.Fatalf("opening the marks: %v", err)
 	}
-	s, err := New(Config{JS: js, Store: store, Marks: marks, Pipeline: abc, Lease: testLease, TakeoverGap: 50 * time.Millisecond, Now: f.clock.Now})
+	notes, err := js.KeyValue(f.ctx, assets.BucketHandovers)
+	if err != nil {
+		t.Fatalf("opening the handovers: %v", err)
+	}
+	s, err := New(Config{JS: js, Store: store, Marks: marks, Handovers: notes, Pipeline: abc, Lease: testLease, StallTimeout: testStall, ReassignLimit: testReassignLimit, TakeoverGap: 50 * time.Millisecond, Now: f.clock.Now})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -200,14 +204,18 @@ func TestNewChecksItsConfiguration(t *testing.T) {
 	if _, err := New(Config{JS: f.js, Store: f.store, Pipeline: abc}); err == nil {
 		t.Fatal("New without the outbox marks: nil error")
 	}
-	if _, err := New(Config{JS: f.js, Store: f.store, Marks: f.marks}); err == nil {
+	if _, err := New(Config{JS: f.js, Store: f.store, Marks: f.marks, Pipeline: abc}); err == nil {
+		t.Fatal("New without the handover bucket: nil error")
+	}
+	if _, err := New(Config{JS: f.js, Store: f.store, Marks: f.marks, Handovers: f.notes}); err == nil {
 		t.Fatal("New with an empty pipeline: nil error")
 	}
-	s, err := New(Config{JS: f.js, Store: f.store, Marks: f.marks, Pipeline: abc})
+	s, err := New(Config{JS: f.js, Store: f.store, Marks: f.marks, Handovers: f.notes, Pipeline: abc})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	if s.cfg.Lease != 15*time.Second || s.cfg.TakeoverGap != 500*time.Millisecond || s.cfg.Sweep != time.Second || s.cfg.Now == nil {
+	if s.cfg.Lease != 15*time.Second || s.cfg.TakeoverGap != 500*time.Millisecond || s.cfg.Sweep != time.Second || s.cfg.Now == nil ||
+		s.cfg.StallTimeout != 10*time.Minute || s.cfg.ReassignLimit != 5 {
 		t.Fatalf("defaults %+v", s.cfg)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/audit"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/metrics"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/runner"
 )
@@ -25,12 +26,19 @@ type Config struct {
 	JS          jetstream.JetStream
 	Store       *kc.Store
 	Marks       jetstream.KeyValue // cairn-outbox-sent
+	Handovers   jetstream.KeyValue // cairn-handovers
 	Pipeline    pipeline.Definition
 	Lease       time.Duration // a lease unchanged this long has expired; default 15s
 	TakeoverGap time.Duration // default 500ms
 	Sweep       time.Duration // how often the checkpoints are swept; default 1s
-	Now         func() time.Time
-	Logger      *slog.Logger
+	// StallTimeout hands over a running or finishing run whose record made no progress
+	// (lease renewals do not count) for this long; default 10m.
+	StallTimeout time.Duration
+	// ReassignLimit hands over a run instead of reassigning its step once more; default 5.
+	ReassignLimit int
+	Now           func() time.Time
+	Logger        *slog.Logger
+	Metrics       *metrics.Metrics // default: metrics of its own, not served
 }
 
 // Supervisor consumes the control durable and sweeps the checkpoints.
@@ -39,15 +47,20 @@ type Supervisor struct {
 	audit *audit.Publisher
 	log   *slog.Logger
 
+	ready chan struct{} // closed once Run consumes commands and advisories
+
 	mu   sync.Mutex
 	seen map[string]observation // run -> what the last sweep saw
 	runs map[string]watched     // run -> its latest record, kept by a watch on the bucket
 }
 
-// watched is a run's latest record as the bucket's watch delivered it.
+// watched is a run's latest record as the bucket's watch delivered it, and since when (by
+// the supervisor's clock) it has made no progress.
 type watched struct {
-	rec *kc.Record
-	rev uint64
+	rec      *kc.Record
+	rev      uint64
+	progress string // the record without its lease renewal
+	since    time.Time
 }
 
 // observation is what a sweep saw of a run, and when by the supervisor's own clock.
@@ -64,19 +77,24 @@ func New(c Config) (*Supervisor, error) {
 	c.Lease = cmp.Or(c.Lease, 15*time.Second)
 	c.TakeoverGap = cmp.Or(c.TakeoverGap, 500*time.Millisecond)
 	c.Sweep = cmp.Or(c.Sweep, time.Second)
+	c.StallTimeout = cmp.Or(c.StallTimeout, 10*time.Minute)
+	c.ReassignLimit = cmp.Or(c.ReassignLimit, 5)
+	if c.Metrics == nil {
+		c.Metrics = metrics.New()
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.JS == nil || c.Store == nil || c.Marks == nil {
-		return nil, errors.New("supervisor: needs JetStream, the checkpoint store and the outbox marks")
+	if c.JS == nil || c.Store == nil || c.Marks == nil || c.Handovers == nil {
+		return nil, errors.New("supervisor: needs JetStream, the checkpoint store, the outbox marks and the handover bucket")
 	}
 	if err := c.Pipeline.Validate(); err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
-	return &Supervisor{cfg: c, audit: audit.New(c.JS, "supervisor", c.Now), log: c.Logger.With(slog.String("service", "supervisor")), seen: map[string]observation{}, runs: map[string]watched{}}, nil
+	return &Supervisor{cfg: c, audit: audit.New(c.JS, "supervisor", c.Now), log: c.Logger.With(slog.String("service", "supervisor")), seen: map[string]observation{}, runs: map[string]watched{}, ready: make(chan struct{})}, nil
 }
 
 // Run frees the leases of owners that are gone, then consumes commands and sweeps until ctx
@@ -94,6 +112,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		s.observe(e)
 	}
 	s.SweepOnce(ctx, true)
+	adv, err := s.cfg.JS.Conn().QueueSubscribe(AdvisorySubject, "cairn-supervisor", func(m *nats.Msg) { s.onMaxDeliveries(ctx, m) })
+	if err != nil {
+		return fmt.Errorf("subscribing to %s: %w", AdvisorySubject, err)
+	}
+	defer func() { _ = adv.Unsubscribe() }()
 	cons, err := s.cfg.JS.Consumer(ctx, assets.StreamRuns, assets.ConsumerControl)
 	if err != nil {
 		return fmt.Errorf("looking up consumer %q: %w", assets.ConsumerControl, err)
@@ -112,6 +135,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}()
 	t := time.NewTicker(s.cfg.Sweep)
 	defer t.Stop()
+	close(s.ready)
 	for {
 		select {
 		case <-ctx.Done():
@@ -132,6 +156,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 }
 
+// Ready is closed once Run consumes commands and listens for advisories.
+func (s *Supervisor) Ready() <-chan struct{} { return s.ready }
+
 // Handle decodes and applies one run command, then settles its message.
 func (s *Supervisor) Handle(ctx context.Context, m jetstream.Msg) {
 	meta, _ := m.Metadata()
@@ -144,9 +171,14 @@ func (s *Supervisor) Handle(ctx context.Context, m jetstream.Msg) {
 	if err == nil {
 		err = s.apply(ctx, ev)
 	}
+	verb := "invalid"
+	if _, v, perr := events.ParseRunSubject(m.Subject()); perr == nil && v != "" {
+		verb = v
+	}
 	var rej *rejection
 	switch {
 	case err == nil:
+		s.cfg.Metrics.Commands.WithLabelValues(verb, "applied").Inc()
 		_ = m.Ack()
 	case errors.As(err, &rej), errors.Is(err, events.ErrInvalid), errors.Is(err, events.ErrInvalidID):
 		id := events.RejectedID(assets.StreamRuns, seq)
@@ -159,9 +191,11 @@ func (s *Supervisor) Handle(ctx context.Context, m jetstream.Msg) {
 			_ = m.NakWithDelay(time.Second)
 			return
 		}
+		s.cfg.Metrics.Commands.WithLabelValues(verb, "rejected").Inc()
 		s.log.Warn("command rejected", slog.String("subject", m.Subject()), slog.Any("reason", err))
 		_ = m.TermWithReason(cut(err.Error(), 200))
 	default:
+		s.cfg.Metrics.Commands.WithLabelValues(verb, "retried").Inc()
 		s.log.Warn("command failed, will retry", slog.String("subject", m.Subject()), slog.Any("error", err))
 		_ = m.NakWithDelay(time.Second)
 	}

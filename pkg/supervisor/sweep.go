@@ -2,9 +2,11 @@ package supervisor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -24,7 +26,22 @@ func (s *Supervisor) observe(e jetstream.KeyValueEntry) {
 		delete(s.seen, e.Key())
 		return
 	}
-	s.runs[e.Key()] = watched{rec: rec, rev: e.Revision()}
+	w := watched{rec: rec, rev: e.Revision(), progress: progress(rec), since: s.cfg.Now()}
+	if prev, ok := s.runs[e.Key()]; ok && prev.progress == w.progress {
+		w.since = prev.since // a lease renewal is not progress
+	}
+	s.runs[e.Key()] = w
+}
+
+// progress is the record as far as progress goes: everything but a renewal's write id.
+func progress(rec *kc.Record) string {
+	r := rec.Clone()
+	r.Sum = ""
+	if r.Lease != nil {
+		r.Lease.WriteID = ""
+	}
+	b, _ := json.Marshal(r)
+	return string(b)
 }
 
 // SweepOnce looks once at every run that is running or finishing, as the watch last saw it.
@@ -44,6 +61,14 @@ func (s *Supervisor) SweepOnce(ctx context.Context, startup bool) {
 	for _, w := range live {
 		if ctx.Err() != nil {
 			return
+		}
+		if now := s.cfg.Now(); now.Sub(w.since) >= s.cfg.StallTimeout {
+			cause := fmt.Errorf("no progress for %s (CAIRN_STALL_TIMEOUT %s): status %s, waiting on %s", now.Sub(w.since).Round(time.Second), s.cfg.StallTimeout, w.rec.Status, cmpStep(w.rec.Current()))
+			unchanged := func(r *kc.Record) bool { return progress(r) == w.progress }
+			if err := s.handOver(ctx, w.rec.RunID, w.rec.Current(), reasonStall, cause, unchanged); err != nil {
+				s.log.Warn("handing over a stalled run", slog.String("run_id", w.rec.RunID), slog.Any("error", err))
+			}
+			continue
 		}
 		if err := s.sweepRun(ctx, w.rec, w.rev, startup); err != nil {
 			s.log.Warn("sweeping run", slog.String("run_id", w.rec.RunID), slog.Any("error", err))
@@ -76,9 +101,10 @@ func (s *Supervisor) sweepRun(ctx context.Context, rec *kc.Record, rev uint64, s
 	if l := rec.Lease; l != nil {
 		switch {
 		case startup && runner.OwnerGone(ctx, s.cfg.JS.Conn(), l.OwnerInbox, s.cfg.TakeoverGap):
-			return runner.ReleaseLease(ctx, s.cfg.JS, s.cfg.Store, source, runID, *l, "owner "+l.Owner+" gone (no responders)", s.cfg.Now)
+			return s.reassign(ctx, runID, *l, "owner_gone", "owner "+l.Owner+" gone (no responders)")
 		case now.Sub(obs.since) >= s.cfg.Lease:
-			return s.expire(ctx, runID, *l)
+			s.forget(runID)
+			return s.reassign(ctx, runID, *l, "expired", fmt.Sprintf("lease of %s expired (not renewed for %s)", l.Owner, s.cfg.Lease))
 		}
 		return nil
 	}
@@ -100,11 +126,24 @@ func (s *Supervisor) forget(runID string) {
 	s.mu.Unlock()
 }
 
-// expire releases a lease not renewed for the lease duration, judged by this clock.
-func (s *Supervisor) expire(ctx context.Context, runID string, l kc.Lease) error {
-	s.forget(runID)
-	why := fmt.Sprintf("lease of %s expired (not renewed for %s)", l.Owner, s.cfg.Lease)
-	return runner.ReleaseLease(ctx, s.cfg.JS, s.cfg.Store, source, runID, l, why, s.cfg.Now)
+// reassign releases a lease whose owner is gone or expired and publishes its step again,
+// unless the run has been reassigned CAIRN_REASSIGN_LIMIT times since it was last resumed:
+// then it is handed over instead of looping.
+func (s *Supervisor) reassign(ctx context.Context, runID string, l kc.Lease, reason, why string) error {
+	n, err := s.reassignments(ctx, runID)
+	if err != nil {
+		return fmt.Errorf("counting the reassignments of %s: %w", runID, err)
+	}
+	if n >= s.cfg.ReassignLimit {
+		cause := fmt.Errorf("reassigned %d times (CAIRN_REASSIGN_LIMIT %d); last: %s", n, s.cfg.ReassignLimit, why)
+		return s.handOver(ctx, runID, l.Step, reasonReassignLimit, cause, func(r *kc.Record) bool { return r.Lease != nil && *r.Lease == l })
+	}
+	released, err := runner.ReleaseLease(ctx, s.cfg.JS, s.cfg.Store, source, runID, l, why, s.cfg.Now)
+	if released {
+		s.cfg.Metrics.Reassignments.WithLabelValues(l.Step, reason).Inc()
+		s.log.Info("lease released, step published again", slog.String("run_id", runID), slog.String("step", l.Step), slog.Uint64("token", l.Token), slog.String("reason", why))
+	}
+	return err
 }
 
 // republish records itself first, so its Msg-Id carries a revision of its own.

@@ -1,0 +1,167 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/events"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/runner"
+)
+
+// Handover reasons, the label of cairn_handovers_total.
+const (
+	reasonStall         = "stall"
+	reasonReassignLimit = "reassign_limit"
+	reasonMaxDeliveries = "max_deliveries"
+)
+
+// handOver stops a run the supervisor gave up on: the note first, then the record (status
+// handed_over, the step failed, any lease released) in one compare-and-set. A live holder's
+// later writes are refused by the record and the fences. It does nothing when the run is no
+// longer running or finishing, or when only says the record moved on (only returns false).
+func (s *Supervisor) handOver(ctx context.Context, runID, step, reason string, cause error, only func(r *kc.Record) bool) error {
+	rec, rev0, err := s.cfg.Store.Load(ctx, runID)
+	if err != nil {
+		return err
+	}
+	if (rec.Status != kc.Running && rec.Status != kc.Finishing) || (only != nil && !only(rec)) {
+		return nil
+	}
+	note := runner.HandoverNote{
+		ID: fmt.Sprintf("%s:handover:%s:%s", runID, cmpStep(step), reason), RunID: runID, Step: step,
+		Error: cut(cause.Error(), kc.MaxLastError), NextAction: fmt.Sprintf("a person decides: cairn resume %[1]s, cairn resume %[1]s --after-fix, or cairn undo %[1]s", runID),
+		At: s.stamp(),
+	}
+	for _, name := range rec.Pipeline {
+		if e := rec.Step(name).Effects; e != nil {
+			note.Done.Keys += e.Keys
+		}
+	}
+	b, err := json.Marshal(note)
+	if err != nil {
+		return err
+	}
+	if _, err := s.cfg.Handovers.Put(ctx, runID, b); err != nil {
+		return fmt.Errorf("writing handover note %q: %w", note.ID, err)
+	}
+	_, rev, err := s.cfg.Store.MutateFrom(ctx, rec, rev0, runID, func(r *kc.Record) error {
+		if (r.Status != kc.Running && r.Status != kc.Finishing) || (only != nil && !only(r)) {
+			return kc.ErrSkip
+		}
+		r.Status = kc.HandedOver
+		r.Lease = nil
+		if step != "" && r.Index(step) >= 0 {
+			st := r.Step(step)
+			st.Status = kc.Failed
+			st.SetLastError(cause.Error())
+		}
+		r.Handover = &note.ID
+		r.NextAction = note.NextAction
+		return nil
+	})
+	if errors.Is(err, kc.ErrSkip) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("recording the handover of %s: %w", runID, err)
+	}
+	s.forget(runID)
+	s.cfg.Metrics.Handovers.WithLabelValues(cmpStep(step), reason).Inc()
+	s.record(ctx, events.AuditStepID(runID, cmpStep(step), "handover", rev), events.Audit{RunID: runID, Step: step, Event: "handover", Detail: cut(cause.Error(), 512)})
+	s.log.Error("run handed over", slog.String("run_id", runID), slog.String("step", step), slog.String("reason", reason), slog.Any("error", cause))
+	return nil
+}
+
+func cmpStep(step string) string {
+	if step == "" {
+		return "run"
+	}
+	return step
+}
+
+// reassignments counts the run's reassigned events since it was last resumed: a run that
+// keeps losing its workers is handed over instead of looping.
+func (s *Supervisor) reassignments(ctx context.Context, runID string) (int, error) {
+	evs, err := events.ReadSubject(ctx, s.cfg.JS, assets.StreamAudit, events.AuditSubject(runID))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range evs {
+		var a events.Audit
+		if e.Unmarshal(&a) != nil {
+			continue
+		}
+		switch a.Event {
+		case "reassigned":
+			n++
+		case "run.resumed":
+			n = 0
+		}
+	}
+	return n, nil
+}
+
+// maxDeliveries is the part of the server's max-deliveries advisory the supervisor reads.
+type maxDeliveries struct {
+	Stream     string `json:"stream"`
+	Consumer   string `json:"consumer"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+}
+
+// AdvisorySubject is where the server announces step events that reached their delivery limit.
+const AdvisorySubject = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + assets.StreamSteps + ".*"
+
+// onMaxDeliveries hands over the run of a step event that reached MaxDeliver without being
+// answered (a worker that dies on it every time), then removes the event: JetStream has no
+// dead-letter queue, the handover note is where the evidence goes.
+func (s *Supervisor) onMaxDeliveries(ctx context.Context, m *nats.Msg) {
+	var adv maxDeliveries
+	if err := json.Unmarshal(m.Data, &adv); err != nil || adv.StreamSeq == 0 {
+		s.log.Warn("unreadable max-deliveries advisory", slog.String("data", cut(string(m.Data), 200)))
+		return
+	}
+	stream, err := s.cfg.JS.Stream(ctx, assets.StreamSteps)
+	if err != nil {
+		s.log.Warn("max-deliveries advisory", slog.Any("error", err))
+		return
+	}
+	raw, err := stream.GetMsg(ctx, adv.StreamSeq)
+	if err != nil {
+		return // answered or removed in the meantime
+	}
+	step, runID, ok := stepSubject(raw.Subject)
+	if !ok {
+		return
+	}
+	cause := fmt.Errorf("the event of step %s was delivered %d times (max deliver) and never answered: a worker may die on it every time", step, adv.Deliveries)
+	err = s.handOver(ctx, runID, step, reasonMaxDeliveries, cause, func(r *kc.Record) bool {
+		return r.Status == kc.Running && r.Index(step) >= 0 && r.Step(step).Status != kc.Verified
+	})
+	if err != nil {
+		s.log.Warn("handing over after max deliveries", slog.String("run_id", runID), slog.Any("error", err))
+		return
+	}
+	if err := stream.DeleteMsg(ctx, adv.StreamSeq); err != nil {
+		s.log.Warn("removing a step event past its delivery limit", slog.Uint64("seq", adv.StreamSeq), slog.Any("error", err))
+	}
+}
+
+// stepSubject splits cairn.step.<step>.<run_id>.
+func stepSubject(subject string) (step, runID string, ok bool) {
+	rest, found := strings.CutPrefix(subject, "cairn.step.")
+	if !found {
+		return "", "", false
+	}
+	step, runID, ok = strings.Cut(rest, ".")
+	return step, runID, ok && step != "" && runID != ""
+}
