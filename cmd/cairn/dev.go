@@ -18,6 +18,7 @@ import (
 
 	"github.com/cairnhq/cairn/internal/service"
 	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/tracing"
 )
 
 func cmdInit(ctx context.Context, args []string) error {
@@ -47,6 +48,15 @@ func cmdDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	shutdown, err := tracing.Setup(ctx, "dev")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdown(sctx)
+	}()
 	s, err := embedded(c)
 	if err != nil {
 		return err

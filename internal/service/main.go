@@ -7,10 +7,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cairnhq/cairn/internal/night"
+	"github.com/cairnhq/cairn/pkg/tracing"
 )
 
 // Services lists every service a deployment runs.
@@ -40,6 +42,11 @@ func Main(names ...string) {
 // Run connects and runs the named services until ctx ends. It calls ready once connected
 // with the assets checked (a service's process prints "ready" on its standard output).
 func Run(ctx context.Context, c Config, log *slog.Logger, ready func(), names ...string) error {
+	shutdown, err := tracing.Setup(ctx, names[0])
+	if err != nil {
+		return err
+	}
+	defer flush(shutdown)
 	nc, js, err := Connect(c, names[0])
 	if err != nil {
 		return err
@@ -53,6 +60,13 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(), names ..
 		ready()
 	}
 	return d.RunAll(ctx, names...)
+}
+
+// flush sends the spans still buffered, within a bound.
+func flush(shutdown func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = shutdown(ctx)
 }
 
 // RunAll runs the named services in one process until ctx ends.

@@ -8,6 +8,10 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
@@ -69,6 +73,7 @@ func backoff(attempts int) time.Duration {
 func (r *Runner) fenced(ctx context.Context, a *Attempt, err error) {
 	r.fencedTotal.Add(1)
 	r.m.Fenced.WithLabelValues(a.Step).Inc()
+	trace.SpanFromContext(ctx).AddEvent("fenced", trace.WithAttributes(attribute.String("error", err.Error())))
 	r.observe(a, "fenced")
 	a.log.Warn("fenced", slog.Any("error", err))
 	r.auditStep(a, "fenced", a.Token.Value, err.Error())
@@ -123,6 +128,7 @@ func (r *Runner) handover(ctx context.Context, a *Attempt, h *kc.Holder, cause e
 	_ = a.batch.Wait(ctx)
 	r.m.Handovers.WithLabelValues(a.Step, "step_failed").Inc()
 	r.observe(a, "handover")
+	trace.SpanFromContext(ctx).SetStatus(codes.Error, "handed over: "+cut(cause.Error(), 200))
 	a.log.Error("run handed over", slog.String("note", note.ID), slog.Any("error", cause))
 	return ack
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/tracing"
 )
 
 // PublishStep publishes a step's event with Msg-Id <run>:<step>:ready:<rev>, rev being the
@@ -21,13 +22,15 @@ func PublishStep(ctx context.Context, js jetstream.JetStream, source, runID, ste
 }
 
 // PublishStepAck is PublishStep that also says whether the stream dropped the event as a
-// duplicate of one published under the same Msg-Id within its window.
+// duplicate of one published under the same Msg-Id within its window. The event carries the
+// trace context of ctx (or the run's own trace) in its traceparent.
 func PublishStepAck(ctx context.Context, js jetstream.JetStream, source, runID, step string, generation int, rev uint64, now time.Time) (duplicate bool, err error) {
 	id := events.StepReadyID(runID, step, rev)
 	e, err := events.New(id, events.TypeStepReady, source, runID, now, events.StepReady{RunID: runID, Step: step, Generation: generation})
 	if err != nil {
 		return false, fmt.Errorf("building step event %q: %w", id, err)
 	}
+	tracing.Inject(ctx, &e)
 	m, err := events.Encode(events.StepSubject(step, runID), e)
 	if err != nil {
 		return false, fmt.Errorf("encoding step event %q: %w", id, err)

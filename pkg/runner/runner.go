@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
@@ -24,6 +25,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/metrics"
 	"github.com/cairnhq/cairn/pkg/pipeline"
+	"github.com/cairnhq/cairn/pkg/tracing"
 )
 
 // Config is what a step runner needs.
@@ -210,6 +212,8 @@ func (r *Runner) Handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.TermWithReason(err.Error())
 		return
 	}
+	ctx, span := tracing.Start(ctx, ev, "step "+r.cfg.StepName, attribute.String("cairn.step", r.cfg.StepName), attribute.Int64("cairn.delivered", int64(delivered)))
+	defer span.End()
 	if delivered >= uint64(r.cfg.MaxDeliver) {
 		r.park(ctx, ready.RunID, fmt.Sprintf("step event delivered %d times (max deliver %d)", delivered, r.cfg.MaxDeliver))
 		_ = m.TermWithReason("max deliver reached")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/tracing"
 	"github.com/cairnhq/cairn/pkg/runner"
 )
 
@@ -37,6 +38,9 @@ func (s *Supervisor) start(ctx context.Context, ev events.Event) error {
 	if err := events.ValidID("run_id", runID); err != nil {
 		return err
 	}
+	ev.Subject = runID
+	ctx, span := tracing.Start(ctx, ev, "run start")
+	defer span.End()
 	params := kc.Params{Warehouse: c.Warehouse, Date: c.Date, Shadow: c.Shadow}
 	first := s.cfg.Pipeline.Names()[0]
 	rec := kc.New(runID, params, s.cfg.Pipeline.Names(), s.stamp())

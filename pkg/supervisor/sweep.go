@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/runner"
+	"github.com/cairnhq/cairn/pkg/tracing"
 )
 
 // observe keeps a watched record. A record that does not decode or belongs to another epoch is
@@ -138,6 +140,8 @@ func (s *Supervisor) reassign(ctx context.Context, runID string, l kc.Lease, rea
 		cause := fmt.Errorf("reassigned %d times (CAIRN_REASSIGN_LIMIT %d); last: %s", n, s.cfg.ReassignLimit, why)
 		return s.handOver(ctx, runID, l.Step, reasonReassignLimit, cause, func(r *kc.Record) bool { return r.Lease != nil && *r.Lease == l })
 	}
+	ctx, span := tracing.StartRun(ctx, runID, "supervisor reassign", attribute.String("cairn.step", l.Step), attribute.String("cairn.reason", reason))
+	defer span.End()
 	released, err := runner.ReleaseLease(ctx, s.cfg.JS, s.cfg.Store, source, runID, l, why, s.cfg.Now)
 	if released {
 		s.cfg.Metrics.Reassignments.WithLabelValues(l.Step, reason).Inc()
@@ -148,6 +152,8 @@ func (s *Supervisor) reassign(ctx context.Context, runID string, l kc.Lease, rea
 
 // republish records itself first, so its Msg-Id carries a revision of its own.
 func (s *Supervisor) republish(ctx context.Context, runID, step string, rev uint64) error {
+	ctx, span := tracing.StartRun(ctx, runID, "supervisor republish", attribute.String("cairn.step", step))
+	defer span.End()
 	rec, wrev, err := s.cfg.Store.Mutate(ctx, runID, func(r *kc.Record) error {
 		if r.Status != kc.Running || r.Lease != nil || r.Current() != step {
 			return kc.ErrSkip
