@@ -38,10 +38,13 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	// One build for the cairn binary and every service's (procs_test.go runs them), so the
+	// packages they share compile once.
 	cairnBin = filepath.Join(dir, "cairn")
-	out, err := exec.Command("go", "build", "-race", "-o", cairnBin, "../cmd/cairn").CombinedOutput()
+	binDir = dir
+	out, err := exec.Command("go", "build", "-race", "-o", dir+string(os.PathSeparator), "../cmd/cairn", "../services/...").CombinedOutput()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "building cairn: %v\n%s", err, out)
+		fmt.Fprintf(os.Stderr, "building cairn and the services: %v\n%s", err, out)
 		os.Exit(1)
 	}
 	code := m.Run()

@@ -1,21 +1,24 @@
-// Package devproc runs `cairn dev` as a child process, so that a fault's exit is a real
-// process exit: the demo and the end-to-end tests start it, wait for its "ready", and watch
-// it die or stop it.
+// Package devproc runs a Cairn command (`cairn dev`, or one service's binary) as a child
+// process, so that a fault's exit is a real process exit: the demo and the end-to-end tests
+// start it, wait for its "ready", and watch it die, signal it or stop it.
 package devproc
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 )
 
-// Proc is a running `cairn dev`.
+// Proc is a running child process that printed "ready".
 type Proc struct {
 	cmd  *exec.Cmd
+	name string        // the command line, for messages
 	done chan struct{} // closed when the process has ended; err is then its Wait error
 	err  error
 	// Log is the file that holds its standard error.
@@ -25,11 +28,18 @@ type Proc struct {
 // Start runs `bin dev` with env, its standard error in logPath, and waits up to within for
 // the "ready" line.
 func Start(bin string, env []string, logPath string, within time.Duration) (*Proc, error) {
+	return StartArgs(bin, []string{"dev"}, env, logPath, within)
+}
+
+// StartArgs runs bin with args and env, its standard error in logPath, and waits up to within
+// for the line "ready" on its standard output. The rest of its standard output is discarded.
+func StartArgs(bin string, args []string, env []string, logPath string, within time.Duration) (*Proc, error) {
+	name := strings.Join(append([]string{filepath.Base(bin)}, args...), " ")
 	logf, err := os.Create(logPath)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("log of %s: %w", name, err)
 	}
-	cmd := exec.Command(bin, "dev")
+	cmd := exec.Command(bin, args...)
 	cmd.Env = env
 	cmd.Stderr = logf
 	out, err := cmd.StdoutPipe()
@@ -39,19 +49,21 @@ func Start(bin string, env []string, logPath string, within time.Duration) (*Pro
 	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return nil, fmt.Errorf("starting %s dev: %w", bin, err)
+		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
+	p := &Proc{cmd: cmd, name: name, done: make(chan struct{}), Log: logPath}
 	ready := make(chan struct{})
 	go func() {
+		// Read standard output to its end before Wait, which closes the pipe.
 		sc := bufio.NewScanner(out)
+		seen := false
 		for sc.Scan() {
-			if strings.TrimSpace(sc.Text()) == "ready" {
+			if !seen && strings.TrimSpace(sc.Text()) == "ready" {
+				seen = true
 				close(ready)
 			}
 		}
-	}()
-	p := &Proc{cmd: cmd, done: make(chan struct{}), Log: logPath}
-	go func() {
+		_, _ = io.Copy(io.Discard, out)
 		p.err = cmd.Wait()
 		logf.Close()
 		close(p.done)
@@ -62,15 +74,37 @@ func Start(bin string, env []string, logPath string, within time.Duration) (*Pro
 	case <-ready:
 		return p, nil
 	case <-p.done:
-		return nil, fmt.Errorf("cairn dev ended before it was ready (%v); see %s", p.err, logPath)
+		return nil, fmt.Errorf("%s ended before it was ready (%v); see %s", name, p.err, logPath)
 	case <-t.C:
 		_ = cmd.Process.Kill()
 		<-p.done
-		return nil, fmt.Errorf("cairn dev not ready within %s; see %s", within, logPath)
+		return nil, fmt.Errorf("%s not ready within %s; see %s", name, within, logPath)
 	}
 }
 
-// Wait waits up to limit for the process to end by itself and returns its exit code.
+// Pid is the process id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Signal sends sig to the process. Signalling a process that has ended returns
+// os.ErrProcessDone.
+func (p *Proc) Signal(sig os.Signal) error {
+	select {
+	case <-p.done:
+		return os.ErrProcessDone
+	default:
+	}
+	return p.cmd.Process.Signal(sig)
+}
+
+// Kill kills the process (SIGKILL, which ends a stopped process too) and waits until it
+// has ended.
+func (p *Proc) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// Wait waits up to limit for the process to end by itself and returns its exit code (-1
+// if a signal ended it).
 func (p *Proc) Wait(limit time.Duration) (int, error) {
 	t := time.NewTimer(limit)
 	defer t.Stop()
@@ -82,25 +116,25 @@ func (p *Proc) Wait(limit time.Duration) (int, error) {
 		}
 		return 0, p.err
 	case <-t.C:
-		return -1, fmt.Errorf("cairn dev did not exit within %s", limit)
+		return -1, fmt.Errorf("%s did not exit within %s", p.name, limit)
 	}
 }
 
 // Stop interrupts the process and waits up to limit for it to stop, then kills it. Stopping
 // a process that has ended does nothing.
 func (p *Proc) Stop(limit time.Duration) {
-	select {
-	case <-p.done:
+	switch err := p.Signal(os.Interrupt); {
+	case errors.Is(err, os.ErrProcessDone):
 		return
-	default:
+	case err != nil:
+		p.Kill()
+		return
 	}
-	_ = p.cmd.Process.Signal(os.Interrupt)
 	t := time.NewTimer(limit)
 	defer t.Stop()
 	select {
 	case <-p.done:
 	case <-t.C:
-		_ = p.cmd.Process.Kill()
-		<-p.done
+		p.Kill()
 	}
 }

@@ -7,8 +7,8 @@ import (
 
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
-	"github.com/cairnhq/cairn/pkg/tracing"
 	"github.com/cairnhq/cairn/pkg/runner"
+	"github.com/cairnhq/cairn/pkg/tracing"
 )
 
 func (s *Supervisor) apply(ctx context.Context, ev events.Event) error {
