@@ -19,7 +19,10 @@ commands:
   dev       run an embedded nats-server, init, and every service in one process
   gen       generate one night's data (invoices, ERP tables, ground truth)
   start     start a run (--wait to follow it until it is done)
-  status    print a run's checkpoint (--json for the raw record)
+  status    print a run's checkpoint and its handover note (--json for the raw record)
+  handovers list the runs handed to a person, with what stopped them
+  resume    resume a handed-over or cancelled run (--after-fix once the cause is fixed)
+  cancel    stop a run at the next step boundary (it can be resumed)
   demo      run the reference night with a real crash at entry 24 of post-ledger, and resume it
 
 Settings come from CAIRN_* environment variables (see README.md).
@@ -37,6 +40,7 @@ func main() {
 	defer stop()
 	cmds := map[string]func(context.Context, []string) error{
 		"init": cmdInit, "dev": cmdDev, "gen": cmdGen, "start": cmdStart, "status": cmdStatus, "demo": cmdDemo,
+		"handovers": cmdHandovers, "resume": cmdResume, "cancel": cmdCancel,
 	}
 	name := os.Args[1]
 	if name == "-h" || name == "--help" || name == "help" {

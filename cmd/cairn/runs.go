@@ -187,9 +187,14 @@ func cmdStatus(ctx context.Context, args []string) error {
 	}
 	r, err := kc.Decode(e.Value())
 	if err != nil {
-		return err
+		fmt.Printf("run %s: the checkpoint (revision %d) is not trusted: %v\n", fs.Arg(0), e.Revision(), err)
+		printNote(ctx, js, fs.Arg(0))
+		return exitCode{code: 3, err: fmt.Errorf("checkpoint of %s not trusted", fs.Arg(0))}
 	}
 	printRecord(r, e.Revision())
+	if r.Handover != nil {
+		printNote(ctx, js, r.RunID)
+	}
 	return nil
 }
 
