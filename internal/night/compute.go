@@ -77,14 +77,19 @@ func (s compareStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result
 	if err != nil {
 		return nil, runner.Temporary(fmt.Errorf("reading stock levels: %w", err))
 	}
-	if a.Params.Shadow {
+	// A rerun keeps the snapshot (and the shadow levels) of the night's first compare: the
+	// stock has moved since, by this run's own adjustments.
+	first := a.Generation == 0 || a.Record().StockSnapshot == nil
+	if a.Params.Shadow && first {
 		if err := s.e.ERP.Stock(true).CopyLevelsToShadow(ctx, a.Params.Warehouse, list); err != nil {
 			return nil, runner.Temporary(err)
 		}
 	}
-	snap, err := output(snapshot{Receipts: rc, Levels: levels})
-	if err != nil {
-		return nil, err
+	var snap []byte
+	if first {
+		if snap, err = output(snapshot{Receipts: rc, Levels: levels}); err != nil {
+			return nil, err
+		}
 	}
 	adjs := recon.Compare(m.Matches, rc)
 	b, err := output(compareOutput{Adjustments: adjs})

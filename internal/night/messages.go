@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/cairnhq/cairn/internal/recon"
 	"github.com/cairnhq/cairn/pkg/outbox"
@@ -11,9 +12,11 @@ import (
 	"github.com/cairnhq/cairn/pkg/supervisor"
 )
 
-// noteOutput lists the debit notes queued, with their keys.
+// noteOutput lists the debit notes that stand, with their keys, and (in a rerun) the
+// withdrawals of notes that no longer do.
 type noteOutput struct {
-	Notes []queuedNote `json:"notes"`
+	Notes     []queuedNote `json:"notes"`
+	Withdrawn []string     `json:"withdrawn,omitempty"`
 }
 
 type queuedNote struct {
@@ -41,20 +44,88 @@ func (s debitNotesStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Res
 		return nil, err
 	}
 	notes := recon.DebitNotes(adjs)
-	out := noteOutput{Notes: make([]queuedNote, len(notes))}
-	keys := make([]string, len(notes))
+	desired := make([]outbox.Message, len(notes))
 	for i, n := range notes {
-		keys[i] = a.RunID + ":debit:" + n.SupplierID
-		out.Notes[i] = queuedNote{SupplierID: n.SupplierID, TotalPaise: n.TotalPaise, Key: keys[i]}
+		subject, body := recon.DebitNoteText(a.RunID, a.Params.Warehouse, a.Params.Date, n)
+		to := "accounts+" + lowerID(n.SupplierID) + "@suppliers.example"
+		desired[i] = s.message(a, "debit", a.RunID+":debit:"+n.SupplierID, to, subject, body)
 	}
-	if err := keyed(ctx, a, keys, func(i int) error {
-		subject, body := recon.DebitNoteText(a.RunID, a.Params.Warehouse, a.Params.Date, notes[i])
-		to := "accounts+" + lowerID(notes[i].SupplierID) + "@suppliers.example"
-		return outbox.Queue(ctx, a.JS(), s.message(a, "debit", keys[i], to, subject, body))
-	}); err != nil {
+	var existing []outbox.Message
+	if a.Generation > 0 {
+		var err error
+		if existing, err = s.standingNotes(ctx, a); err != nil {
+			return nil, err
+		}
+	}
+	p := planRows(a.Generation, desired, existing, s.noteOps(a))
+	writes := append(slices.Clip(p.reverse), p.write...)
+	keys := make([]string, len(writes))
+	for i, w := range writes {
+		keys[i] = w.Key
+	}
+	if err := keyed(ctx, a, keys, func(i int) error { return outbox.Queue(ctx, a.JS(), writes[i]) }); err != nil {
 		return nil, err
 	}
+	out := noteOutput{Notes: make([]queuedNote, len(p.stand))}
+	for i, m := range p.stand {
+		out.Notes[i] = queuedNote{SupplierID: notes[i].SupplierID, TotalPaise: notes[i].TotalPaise, Key: m.Key}
+	}
+	for _, w := range p.reverse {
+		out.Withdrawn = append(out.Withdrawn, w.Key)
+	}
 	return result(out, len(keys), "send the report of "+a.RunID)
+}
+
+// standingNotes are the debit notes of earlier generations that went (or are still to go,
+// when queued by this generation), none withdrawn since.
+func (s debitNotesStep) standingNotes(ctx context.Context, a *runner.Attempt) ([]outbox.Message, error) {
+	msgs, err := supervisor.Queued(ctx, a.JS(), a.RunID)
+	if err != nil {
+		return nil, runner.Temporary(err)
+	}
+	var out []outbox.Message
+	for _, m := range msgs {
+		switch {
+		case m.Kind == "withdraw":
+			m.Reverses = strings.TrimSuffix(m.Key, ":withdraw")
+			out = append(out, m)
+		case m.Kind != "debit":
+		case m.Generation == a.Generation:
+			out = append(out, m)
+		default:
+			mark, err := outbox.MarkOf(ctx, s.e.Marks, a.RunID, m.Key)
+			if err != nil {
+				return nil, runner.Temporary(err)
+			}
+			if mark == outbox.Sent {
+				out = append(out, m)
+			}
+		}
+	}
+	return out, nil
+}
+
+// noteOps plan debit notes as rows: the same note is the same recipient and text; a note
+// that no longer stands is withdrawn by a note naming the claim it withdraws.
+func (s debitNotesStep) noteOps(a *runner.Attempt) rowOps[outbox.Message] {
+	return rowOps[outbox.Message]{
+		key:      func(m outbox.Message) string { return m.Key },
+		reverses: func(m outbox.Message) string { return m.Reverses },
+		withKey:  func(m outbox.Message, k string) outbox.Message { m.Key = k; return m },
+		same: func(x, y outbox.Message) bool {
+			return slices.Equal(x.To, y.To) && x.Subject == y.Subject && x.Body == y.Body
+		},
+		reversal: func(m outbox.Message) outbox.Message {
+			subject := "Withdrawn: " + m.Subject
+			body := fmt.Sprintf("This withdraws our claim %s (%s), sent for run %s.\n"+
+				"The run was corrected and run again; any claim that stands follows separately.\n\n"+
+				"The withdrawn claim was:\n\n%s", m.Key, m.Subject, a.RunID, m.Body)
+			w := s.message(a, "withdraw", m.Key+":withdraw", m.To[0], subject, body)
+			w.To = m.To
+			w.Reverses = m.Key
+			return w
+		},
+	}
 }
 
 // Verify checks every note is on the outbox.
@@ -67,7 +138,7 @@ func (s debitNotesStep) Verify(ctx context.Context, a *runner.Attempt, r *runner
 	for i, n := range out.Notes {
 		keys[i] = n.Key
 	}
-	return queuedAll(ctx, a, keys)
+	return queuedAll(ctx, a, append(keys, out.Withdrawn...))
 }
 
 // queuedAll checks that every key is on the run's outbox.
@@ -113,7 +184,7 @@ func (s reportStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result,
 		return nil, err
 	}
 	rep := recon.Summarize(ex.Invoices, adjs, ex.Parked)
-	key := a.RunID + ":report"
+	key := genKey(a.RunID+":report", a.Generation)
 	if err := keyed(ctx, a, []string{key}, func(int) error {
 		subject, body := recon.ReportText(a.RunID, a.Params.Warehouse, a.Params.Date, rep)
 		return outbox.Queue(ctx, a.JS(), debitNotesStep(s).message(a, "report", key, s.e.FinanceTo, subject, body))

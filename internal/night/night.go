@@ -51,6 +51,7 @@ type Env struct {
 	Ledger    *books.DB
 	ERP       *books.DB // the stock store, and what the night reads
 	Memo      jetstream.KeyValue
+	Marks     jetstream.KeyValue // cairn-outbox-sent: which messages of earlier generations went
 	Extractor recon.Extractor
 	MailFrom  string
 	FinanceTo string

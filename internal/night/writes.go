@@ -3,6 +3,7 @@ package night
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/cairnhq/cairn/internal/books"
 	"github.com/cairnhq/cairn/internal/recon"
@@ -53,9 +54,11 @@ func result(out any, keys int, next string) (*runner.Result, error) {
 	return &runner.Result{Output: b, Effects: &kc.Effects{Keys: keys}, Items: keys, NextAction: next}, nil
 }
 
-// ledgerOutput is what post-ledger wrote.
+// ledgerOutput is what post-ledger wrote: the entries that stand for the night's
+// adjustments, and (in a rerun) the reversals of earlier generations' entries.
 type ledgerOutput struct {
-	Entries []books.Entry `json:"entries"`
+	Entries   []books.Entry `json:"entries"`
+	Reversals []books.Entry `json:"reversals,omitempty"`
 }
 
 type postLedgerStep struct{ e *Env }
@@ -81,13 +84,28 @@ func (s postLedgerStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Res
 		keys[i] = es[i].Key
 	}
 	l := s.e.Ledger.Ledger(a.Params.Shadow)
+	var existing []books.Entry
+	if a.Generation > 0 {
+		if existing, err = l.ListRun(ctx, a.RunID); err != nil {
+			return nil, runner.Temporary(err)
+		}
+	}
+	p := planRows(a.Generation, es, existing, ledgerOps)
+	for i := range p.reverse {
+		p.reverse[i].CreatedAt = stamp(a)
+	}
+	writes := append(slices.Clip(p.reverse), p.write...)
+	keys = keys[:0]
+	for _, w := range writes {
+		keys = append(keys, w.Key)
+	}
 	if err := keyed(ctx, a, keys, func(i int) error {
-		_, err := l.Post(ctx, a.Token, es[i])
+		_, err := l.Post(ctx, a.Token, writes[i])
 		return err
 	}); err != nil {
 		return nil, err
 	}
-	return result(ledgerOutput{Entries: es}, len(es), fmt.Sprintf("apply %d stock adjustments for %s", len(es), a.RunID))
+	return result(ledgerOutput{Entries: p.stand, Reversals: p.reverse}, len(writes), fmt.Sprintf("apply %d stock adjustments for %s", len(es), a.RunID))
 }
 
 // Verify reads back every key and amount.
@@ -97,21 +115,22 @@ func (s postLedgerStep) Verify(ctx context.Context, a *runner.Attempt, r *runner
 		return err
 	}
 	l := s.e.Ledger.Ledger(a.Params.Shadow)
-	for _, want := range out.Entries {
+	for _, want := range append(out.Entries, out.Reversals...) {
 		got, ok, err := l.Get(ctx, want.Key)
 		if err != nil {
 			return runner.Temporary(err)
 		}
-		if !ok || got.AmountPaise != want.AmountPaise || got.SupplierID != want.SupplierID {
+		if !ok || got.AmountPaise != want.AmountPaise || got.SupplierID != want.SupplierID || got.Reverses != want.Reverses {
 			return fmt.Errorf("ledger entry %s: want %d paise for %s, found %+v (present %t)", want.Key, want.AmountPaise, want.SupplierID, got, ok)
 		}
 	}
 	return nil
 }
 
-// stockOutput is what update-stock wrote.
+// stockOutput is what update-stock wrote, as ledgerOutput.
 type stockOutput struct {
 	Adjustments []books.Adjustment `json:"adjustments"`
+	Reversals   []books.Adjustment `json:"reversals,omitempty"`
 }
 
 type updateStockStep struct{ e *Env }
@@ -138,13 +157,28 @@ func (s updateStockStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Re
 		keys[i] = as[i].Key
 	}
 	st := s.e.ERP.Stock(a.Params.Shadow)
+	var existing []books.Adjustment
+	if a.Generation > 0 {
+		if existing, err = st.ListRun(ctx, a.RunID); err != nil {
+			return nil, runner.Temporary(err)
+		}
+	}
+	p := planRows(a.Generation, as, existing, stockOps)
+	for i := range p.reverse {
+		p.reverse[i].CreatedAt = stamp(a)
+	}
+	writes := append(slices.Clip(p.reverse), p.write...)
+	keys = keys[:0]
+	for _, w := range writes {
+		keys = append(keys, w.Key)
+	}
 	if err := keyed(ctx, a, keys, func(i int) error {
-		_, err := st.Apply(ctx, a.Token, as[i])
+		_, err := st.Apply(ctx, a.Token, writes[i])
 		return err
 	}); err != nil {
 		return nil, err
 	}
-	return result(stockOutput{Adjustments: as}, len(as), "send the debit notes of "+a.RunID)
+	return result(stockOutput{Adjustments: p.stand, Reversals: p.reverse}, len(writes), "send the debit notes of "+a.RunID)
 }
 
 // Verify reads back every adjustment.
@@ -154,7 +188,7 @@ func (s updateStockStep) Verify(ctx context.Context, a *runner.Attempt, r *runne
 		return err
 	}
 	st := s.e.ERP.Stock(a.Params.Shadow)
-	for _, want := range out.Adjustments {
+	for _, want := range append(out.Adjustments, out.Reversals...) {
 		got, ok, err := st.Get(ctx, want.Key)
 		if err != nil {
 			return runner.Temporary(err)

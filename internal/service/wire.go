@@ -125,7 +125,7 @@ func (d *Deps) NightEnv(ctx context.Context) (*night.Env, func(), error) {
 		db.Close()
 	}
 	env := &night.Env{
-		InboxDir: d.Config.InboxDir, Ledger: ledger, ERP: erp, Memo: d.Memo, Extractor: recon.RuleExtractor{},
+		InboxDir: d.Config.InboxDir, Ledger: ledger, ERP: erp, Memo: d.Memo, Marks: d.Marks, Extractor: recon.RuleExtractor{},
 		MailFrom: "cairn@cairn.local", FinanceTo: "finance-head@cairn.local",
 	}
 	return env, func() { ledger.Close(); erp.Close() }, nil

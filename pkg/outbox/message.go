@@ -28,6 +28,8 @@ type Message struct {
 	Subject    string    `json:"subject"`
 	Body       string    `json:"body"`
 	QueuedAt   time.Time `json:"queued_at"` // becomes the Date: header, so the mail is deterministic
+	// Reverses is the key of the message a withdrawal withdraws (X-Cairn-Withdraws), or empty.
+	Reverses string `json:"reverses,omitempty"`
 }
 
 // maxKeyLen keeps a key well inside one header line (Message-ID, X-Cairn-Key).

@@ -31,6 +31,9 @@ func Render(m Message) []byte {
 	header("Date", m.QueuedAt.Format(time.RFC1123Z))
 	header("Message-ID", MessageID(m.Key))
 	header("X-Cairn-Key", m.Key)
+	if m.Reverses != "" {
+		header("X-Cairn-Withdraws", m.Reverses)
+	}
 	if m.Shadow {
 		header("X-Cairn-Shadow", "true")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -127,13 +128,14 @@ func (s *Supervisor) cancel(ctx context.Context, ev events.Event) error {
 }
 
 // resume sets a handed-over or cancelled run running again from the step that stopped.
+// --after-fix says a person fixed the cause: the run's generation goes up and it runs again
+// from fetch when its source changed (the new fingerprint is then accepted), otherwise from
+// the step that stopped; the writing steps reverse what no longer stands (DESIGN.md, "Reruns
+// and corrections").
 func (s *Supervisor) resume(ctx context.Context, ev events.Event) error {
 	c, err := s.command(ev)
 	if err != nil {
 		return err
-	}
-	if c.AfterFix {
-		return reject("resume --after-fix is not supported by this version of Cairn")
 	}
 	var step string
 	rec, rev, err := s.cfg.Store.Mutate(ctx, ev.Subject, func(r *kc.Record) error {
@@ -149,6 +151,11 @@ func (s *Supervisor) resume(ctx context.Context, ev events.Event) error {
 		r.Status = kc.Running
 		r.Handover = nil
 		step = r.Current()
+		if c.AfterFix && step != "" {
+			step = rerunFrom(r, step)
+			r.NextAction = fmt.Sprintf("run step %s of %s again, generation %d (resumed after a fix)", step, r.RunID, r.Generation)
+			return nil
+		}
 		if step == "" {
 			r.Status = kc.Finishing
 			return nil
@@ -170,9 +177,30 @@ func (s *Supervisor) resume(ctx context.Context, ev events.Event) error {
 	if err != nil {
 		return err
 	}
-	s.record(ctx, events.AuditStepID(ev.Subject, "run", "resumed", rev), events.Audit{RunID: ev.Subject, Event: "run.resumed", Step: step})
+	a := events.Audit{RunID: ev.Subject, Event: "run.resumed", Step: step}
+	if c.AfterFix {
+		a.Detail = fmt.Sprintf("after a fix: generation %d from step %s", rec.Generation, step)
+	}
+	s.record(ctx, events.AuditStepID(ev.Subject, "run", "resumed", rev), a)
 	if step == "" {
 		return nil
 	}
 	return s.publish(ctx, ev.Subject, step, rec.Generation, rev)
+}
+
+// rerunFrom starts generation+1 of a run from the step that stopped, or from its first step
+// when the stop was a changed source (whose new fingerprint the rerun accepts). Every step
+// from there on is pending again; outputs of earlier generations stay in the artifact store.
+func rerunFrom(r *kc.Record, stopped string) string {
+	from := stopped
+	if st := r.Step(stopped); st.LastError != nil && strings.Contains(*st.LastError, runner.ErrSourceChanged.Error()) {
+		from = r.Pipeline[0]
+		r.SourceFingerprint = nil
+	}
+	r.Generation++
+	r.Approval = nil
+	for _, name := range r.Pipeline[r.Index(from):] {
+		r.Steps[name] = kc.NewStep()
+	}
+	return from
 }

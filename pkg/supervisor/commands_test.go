@@ -208,3 +208,64 @@ func TestResumeWaitsForTheLease(t *testing.T) {
 		t.Fatalf("rejections %+v, want none", rej)
 	}
 }
+
+// handedOverAt writes a run handed over at step with last error why, the steps before it
+// verified (with outputs and tokens) and a source fingerprint.
+func (f *fixture) handedOverAt(t *testing.T, runID, step, why string) {
+	t.Helper()
+	f.create(t, runID, func(r *kc.Record) {
+		fp := "sha256:old"
+		r.SourceFingerprint = &fp
+		for _, name := range r.Pipeline {
+			if name == step {
+				break
+			}
+			tok := uint64(7)
+			r.Step(name).Status = kc.Verified
+			r.Step(name).Token = &tok
+			r.Step(name).Output = &kc.Output{Inline: []byte(`{}`), Digest: "SHA-256=x", Size: 2}
+		}
+		r.Step(step).Status = kc.Failed
+		r.Step(step).Attempts = 2
+		r.Step(step).SetLastError(why)
+		r.Status = kc.HandedOver
+		note := runID + ":handover:" + step + ":9"
+		r.Handover = &note
+	})
+}
+
+func TestResumeAfterFixOfAChangedSourceRerunsFromTheFirstStep(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+	f.handedOverAt(t, "r1", "c", "permanent\nsource changed since the run read it: [INV-7]")
+	f.command(t, s, events.RunSubject("r1", events.VerbResume), `{"after_fix":true}`)
+	rec, rev := f.load(t, "r1")
+	if rec.Status != kc.Running || rec.Generation != 1 || rec.SourceFingerprint != nil || rec.Handover != nil {
+		t.Fatalf("status %s, generation %d, fingerprint %v, handover %v", rec.Status, rec.Generation, rec.SourceFingerprint, rec.Handover)
+	}
+	for _, name := range rec.Pipeline {
+		if st := rec.Step(name); st.Status != kc.Pending || st.Attempts != 0 || st.Output != nil || st.LastError != nil {
+			t.Errorf("step %s: %+v, want a fresh pending step", name, st)
+		}
+	}
+	stepEvent(t, f.published(t), "r1", "a", rev, 1)
+	f.settled(t)
+}
+
+func TestResumeAfterFixRerunsFromTheStepThatStopped(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+	f.handedOverAt(t, "r1", "c", "ledger refused every entry")
+	f.command(t, s, events.RunSubject("r1", events.VerbResume), `{"after_fix":true}`)
+	rec, rev := f.load(t, "r1")
+	if rec.Status != kc.Running || rec.Generation != 1 || rec.SourceFingerprint == nil {
+		t.Fatalf("status %s, generation %d, fingerprint %v", rec.Status, rec.Generation, rec.SourceFingerprint)
+	}
+	if rec.Step("a").Status != kc.Verified || rec.Step("b").Status != kc.Verified || rec.Step("c").Status != kc.Pending || rec.Step("c").Attempts != 0 {
+		t.Fatalf("steps a %s, b %s, c %+v", rec.Step("a").Status, rec.Step("b").Status, rec.Step("c"))
+	}
+	stepEvent(t, f.published(t), "r1", "c", rev, 1)
+	if ids := f.auditIDs(t, "r1", "run.resumed"); len(ids) != 1 {
+		t.Fatalf("resumed audit events %v", ids)
+	}
+}

@@ -196,13 +196,13 @@ func TestUnsupportedCommandIsRejected(t *testing.T) {
 	_, rev := f.load(t, "r1")
 	f.published(t)
 
-	f.command(t, s, events.RunSubject("r1", events.VerbResume), `{"after_fix":true}`)
+	f.command(t, s, events.RunSubject("r1", events.VerbApprove), ``)
 	if _, rev2 := f.load(t, "r1"); rev2 != rev {
-		t.Fatalf("resume --after-fix wrote revision %d", rev2)
+		t.Fatalf("approve wrote revision %d", rev2)
 	}
 	rej := f.rejections(t)
-	if len(rej) != 1 || !strings.Contains(rej[0].data.Reason, "after-fix") || rej[0].event.Subject != "r1" {
-		t.Fatalf("rejections %+v, want one for --after-fix naming r1", rej)
+	if len(rej) != 1 || !strings.Contains(rej[0].data.Reason, "not supported") || rej[0].event.Subject != "r1" {
+		t.Fatalf("rejections %+v, want one for approve naming r1", rej)
 	}
 	f.settled(t)
 }
