@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -66,11 +67,33 @@ func (n *night) assertNight(rec *kc.Record, restarts int) {
 
 func TestNightUninterrupted(t *testing.T) {
 	n := newNight(t, 0)
-	n.start()
+	addr, err := freeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.start("CAIRN_METRICS_ADDR=" + addr)
 	n.startRun()
 	n.startRun() // the same start twice makes one run
 	rec := n.waitStatus(runLimit, kc.Done)
 	n.assertNight(rec, 0)
+	// cairn dev's /metrics shows the night: every step verified, the mail sent.
+	for _, step := range rec.Pipeline {
+		key := fmt.Sprintf(`cairn_steps_verified_total{step=%q}`, step)
+		if !poll(30*time.Second, func() bool { m, err := scrape(addr); return err == nil && metricValue(m, key) == 1 }) {
+			m, err := scrape(addr)
+			t.Errorf("%s: %v (%v), want 1", key, metricValue(m, key), err)
+		}
+	}
+	m, err := scrape(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := metricValue(m, `cairn_outbox_messages_total{outcome="sent"}`), float64(len(n.truth.DebitNotes)+1); got != want {
+		t.Errorf("outbox messages sent %v, want %v", got, want)
+	}
+	if got := sumByName(m, "cairn_fenced_total") + sumByName(m, "cairn_handovers_total"); got != 0 {
+		t.Errorf("fenced + handovers = %v on an uninterrupted night", got)
+	}
 	keys, err := n.js.KeyValue(context.Background(), assets.BucketRuns)
 	if err != nil {
 		t.Fatal(err)

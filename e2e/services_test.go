@@ -53,7 +53,9 @@ func TestServicesNight(t *testing.T) {
 // once the supervisor has released the dead one's lease.
 func TestServicesKillPostLedger(t *testing.T) {
 	h := newProcsNight(t)
-	h.svcs(allBut("post-ledger"))
+	others := allBut("post-ledger")
+	ps := h.svcs(others)
+	sup := ps[slices.Index(others, "supervisor")]
 	a := h.svc("post-ledger", "CAIRN_FAULTS="+stallAt24)
 	h.startRun()
 	h.waitFired(stallAt24, runLimit)
@@ -67,6 +69,7 @@ func TestServicesKillPostLedger(t *testing.T) {
 	if c := h.audit(); c["reassigned"] < 1 {
 		t.Errorf("audit %v: no reassigned event", c)
 	}
+	h.waitMetric(sup, "cairn_reassignments_total", positive, 30*time.Second)
 }
 
 // A zombie: post-ledger's process is stopped (SIGSTOP) in the middle of the step, another
