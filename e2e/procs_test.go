@@ -206,7 +206,7 @@ func (h *procsNight) cleanup() {
 }
 
 // waitRecord watches the run's checkpoint until ok holds for it.
-func (h *procsNight) waitRecord(limit time.Duration, what string, ok func(*kc.Record) bool) *kc.Record {
+func (h *night) waitRecord(limit time.Duration, what string, ok func(*kc.Record) bool) *kc.Record {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
