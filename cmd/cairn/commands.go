@@ -105,13 +105,14 @@ func cmdResume(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("resume", flag.ContinueOnError)
 	afterFix := fs.Bool("after-fix", false, "the cause was fixed (for example a corrected invoice): accept the new source and run again the steps whose inputs changed")
 	wait := fs.Bool("wait", false, "follow the run until it is done; exit 3 when it is handed over again")
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
+	if len(pos) != 1 {
 		return fmt.Errorf("%w: resume RUN [--after-fix] [--wait]", errUsage)
 	}
-	return runCommand(ctx, fs.Arg(0), events.VerbResume, events.Command{AfterFix: *afterFix}, *wait,
+	return runCommand(ctx, pos[0], events.VerbResume, events.Command{AfterFix: *afterFix}, *wait,
 		func(r *kc.Record) error {
 			if r.Status != kc.HandedOver && r.Status != kc.Cancelled {
 				return fmt.Errorf("run %s is %s: only a handed-over or cancelled run can be resumed", r.RunID, r.Status)
@@ -122,13 +123,14 @@ func cmdResume(ctx context.Context, args []string) error {
 
 func cmdCancel(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("cancel", flag.ContinueOnError)
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
+	if len(pos) != 1 {
 		return fmt.Errorf("%w: cancel RUN", errUsage)
 	}
-	return runCommand(ctx, fs.Arg(0), events.VerbCancel, events.Command{}, false, func(r *kc.Record) error {
+	return runCommand(ctx, pos[0], events.VerbCancel, events.Command{}, false, func(r *kc.Record) error {
 		switch r.Status {
 		case kc.Running, kc.WaitingApproval, kc.HandedOver:
 			return nil
@@ -231,4 +233,20 @@ func rejectionOf(m *nats.Msg, id string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// parseArgs parses flags given before or after the positional arguments
+// (`cairn resume RUN --wait` as well as `cairn resume --wait RUN`) and returns the positionals.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
 }

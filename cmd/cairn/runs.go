@@ -159,12 +159,14 @@ func progress(r *kc.Record) string {
 func cmdStatus(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	raw := fs.Bool("json", false, "print the raw checkpoint record")
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return fmt.Errorf("%w: status RUN", errUsage)
+	if len(pos) != 1 {
+		return fmt.Errorf("%w: status RUN [--json]", errUsage)
 	}
+	run := pos[0]
 	_, nc, js, err := connect("cli")
 	if err != nil {
 		return err
@@ -174,9 +176,9 @@ func cmdStatus(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	e, err := kv.Get(ctx, fs.Arg(0))
+	e, err := kv.Get(ctx, run)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return fmt.Errorf("no run %q", fs.Arg(0))
+		return fmt.Errorf("no run %q", run)
 	}
 	if err != nil {
 		return err
@@ -187,9 +189,9 @@ func cmdStatus(ctx context.Context, args []string) error {
 	}
 	r, err := kc.Decode(e.Value())
 	if err != nil {
-		fmt.Printf("run %s: the checkpoint (revision %d) is not trusted: %v\n", fs.Arg(0), e.Revision(), err)
-		printNote(ctx, js, fs.Arg(0))
-		return exitCode{code: 3, err: fmt.Errorf("checkpoint of %s not trusted", fs.Arg(0))}
+		fmt.Printf("run %s: the checkpoint (revision %d) is not trusted: %v\n", run, e.Revision(), err)
+		printNote(ctx, js, run)
+		return exitCode{code: 3, err: fmt.Errorf("checkpoint of %s not trusted", run)}
 	}
 	printRecord(r, e.Revision())
 	if r.Handover != nil {
