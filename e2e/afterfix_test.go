@@ -245,4 +245,3 @@ func adjustmentsOf(ts []recon.TruthAdjustment) []recon.Adjustment {
 	}
 	return out
 }
-
