@@ -147,3 +147,10 @@ func reason(err error) string {
 	}
 	return err.Error()
 }
+
+// Versions are the extractor's prompt, schema and model: a restart under others is recorded
+// as a version change.
+func (s extractStep) Versions() kc.Versions {
+	v := s.e.Extractor.Versions()
+	return kc.Versions{Prompt: &v.Prompt, Schema: &v.Schema, Model: &v.Model}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -64,15 +65,25 @@ func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.Step
 	// 4. Take the lease.
 	restart := rec.Step(step).Status == kc.InProgress
 	startedAt := r.stamp()
+	versions := r.versions()
+	change := ""
+	if restart {
+		change = versionChange(rec.Step(step).Versions, versions)
+	}
 	h, err := r.cfg.Store.Take(ctx, rec, rev, r.owner, step, func(n *kc.Record) {
 		s := n.Step(step)
 		if restart {
 			n.Restarts++
 			s.Attempts++
-			s.SetLastError("the previous attempt's owner died or was taken over")
+			msg := "the previous attempt's owner died or was taken over"
+			if change != "" {
+				msg += "; version change: " + change
+			}
+			s.SetLastError(msg)
 		}
 		s.Status = kc.InProgress
 		s.StartedAt = &startedAt
+		s.Versions = versions
 	})
 	if errors.Is(err, kc.ErrConflict) {
 		return nakAfter(100 * time.Millisecond)
@@ -83,6 +94,10 @@ func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.Step
 	}
 	a := r.newAttempt(rec, h.Token(), restart)
 	r.auditStep(a, "step.started", h.Token(), "")
+	if change != "" {
+		r.auditStep(a, "version.changed", h.Token(), change)
+		a.log.Warn("the step restarts under other versions", slog.String("change", change))
+	}
 	return r.hold(ctx, m, a, h)
 }
 
@@ -217,9 +232,12 @@ func (r *Runner) applyCommit(n *kc.Record, a *Attempt, res *Result, o outputs) {
 	s.Output = o.output
 	s.Token = &token
 	s.FinishedAt = &finished
-	s.Versions = res.Versions
-	code := r.cfg.CodeVersion
-	s.Versions.Code = &code
+	s.Versions = r.versions()
+	if res.Versions != (kc.Versions{}) {
+		s.Versions = res.Versions
+		code := r.cfg.CodeVersion
+		s.Versions.Code = &code
+	}
 	s.Effects = res.Effects
 	if res.InputFingerprint != "" {
 		s.InputFingerprint = &res.InputFingerprint
@@ -279,4 +297,31 @@ func (r *Runner) restartChecks(ctx context.Context, a *Attempt, cur *kc.Record) 
 		return Permanent(fmt.Errorf("%d attempts of %s failed (loop guard %d); last: %s", s.Attempts, a.Step, r.cfg.LoopGuard, last))
 	}
 	return nil
+}
+
+// versions are the versions this runner's step runs under: the code's, and the step's own.
+func (r *Runner) versions() kc.Versions {
+	var v kc.Versions
+	if vs, ok := r.cfg.Step.(Versioner); ok {
+		v = vs.Versions()
+	}
+	code := r.cfg.CodeVersion
+	v.Code = &code
+	return v
+}
+
+// versionChange names what differs between the versions an earlier attempt ran under and
+// now, "" when nothing does (or the earlier attempt recorded none).
+func versionChange(before, now kc.Versions) string {
+	var diffs []string
+	for _, f := range []struct {
+		name     string
+		old, new *string
+	}{{"code", before.Code, now.Code}, {"prompt", before.Prompt, now.Prompt}, {"schema", before.Schema, now.Schema}, {"model", before.Model, now.Model}} {
+		if f.old == nil || f.new == nil || *f.old == *f.new {
+			continue
+		}
+		diffs = append(diffs, fmt.Sprintf("%s %s → %s", f.name, *f.old, *f.new))
+	}
+	return strings.Join(diffs, ", ")
 }

@@ -32,6 +32,13 @@ type SourceChecker interface {
 	CheckSource(ctx context.Context, a *Attempt, fingerprint string) (changed []string, err error)
 }
 
+// Versioner is a step whose output depends on versions besides the code's (a prompt, a
+// schema, a model). The versions are written into the record when the lease is taken, so a
+// restart under other versions is recorded as an explicit version change.
+type Versioner interface {
+	Versions() kvcheckpoint.Versions
+}
+
 // Result is what a finished step leaves in the checkpoint.
 type Result struct {
 	Output            json.RawMessage // any JSON; stored inline when small, else as an artifact

@@ -1,0 +1,57 @@
+package runner_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/runner"
+)
+
+type versioned struct {
+	runner.Step
+	prompt string
+}
+
+func (v versioned) Versions() kc.Versions {
+	schema := "s1"
+	return kc.Versions{Prompt: &v.prompt, Schema: &schema}
+}
+
+// A step that restarts under another prompt than its dead attempt's records the change.
+func TestRestartUnderOtherVersionsIsRecorded(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	old, schema, code := "p1", "s1", "v0.1.0"
+	rec := kc.New("r1", kc.Params{Warehouse: "w", Date: "2026-10-13"}, toy.Names(), "2026-10-13T22:00:00Z")
+	one := rec.Step("one")
+	one.Status = kc.InProgress // its attempt died; the supervisor released the lease
+	one.Versions = kc.Versions{Code: &code, Prompt: &old, Schema: &schema}
+	rev, err := f.store.Create(ctx, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.run(t, f.config("one", versioned{output("one"), "p2"}))
+	f.run(t, f.config("two", output("two")))
+	f.run(t, f.config("three", output("three")))
+	if err := runner.PublishStep(ctx, f.js, "/cairn/test", "r1", "one", 0, rev, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	got := f.wait(t, "r1", finishing)
+	st := got.Step("one")
+	if st.Versions.Prompt == nil || *st.Versions.Prompt != "p2" || got.Restarts != 1 {
+		t.Fatalf("versions %+v, restarts %d", st.Versions, got.Restarts)
+	}
+	as := f.audit(t, "r1")
+	found := false
+	for _, a := range as {
+		if a.Event == "version.changed" && a.Step == "one" && strings.Contains(a.Detail, "prompt p1 → p2") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no version.changed audit event naming prompt p1 → p2: %+v", as)
+	}
+}
