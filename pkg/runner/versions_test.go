@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,5 +54,38 @@ func TestRestartUnderOtherVersionsIsRecorded(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no version.changed audit event naming prompt p1 → p2: %+v", as)
+	}
+}
+
+// Two workers of one step given the same run at the same moment: one takes the lease and
+// does the step, the other leaves it to the holder.
+func TestTwoWorkersSameRunSameMoment(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	var calls atomic.Int32
+	counting := stepFunc(func(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+		calls.Add(1)
+		return &runner.Result{Output: []byte(`{"step":"one"}`)}, nil
+	})
+	f.run(t, f.config("one", counting))
+	f.run(t, f.config("one", counting))
+	f.run(t, f.config("two", output("two")))
+	f.run(t, f.config("three", output("three")))
+	rev, err := f.store.Create(ctx, kc.New("r1", kc.Params{Warehouse: "w", Date: "2026-10-13"}, toy.Names(), "2026-10-13T22:00:00Z"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same step event twice, under two ids, as two schedulers racing would publish it.
+	for _, r := range []uint64{rev, rev + 1000} {
+		if err := runner.PublishStep(ctx, f.js, "/cairn/test", "r1", "one", 0, r, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := f.wait(t, "r1", finishing)
+	if n := calls.Load(); n != 1 || rec.Restarts != 0 {
+		t.Fatalf("step one ran %d times (restarts %d), want once", n, rec.Restarts)
+	}
+	if n := count(f.audit(t, "r1"), "step.verified", "one"); n != 1 {
+		t.Fatalf("step one verified %d times", n)
 	}
 }
