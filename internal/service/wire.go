@@ -160,7 +160,7 @@ func (d *Deps) settle(ctx context.Context, runID string) {
 func (d *Deps) RunSupervisor(ctx context.Context) error {
 	s, err := supervisor.New(supervisor.Config{
 		JS: d.JS, Store: d.Store, Marks: d.Marks, Handovers: d.Handovers, Pipeline: night.Pipeline, Lease: d.Config.Lease,
-		TakeoverGap: d.Config.TakeoverGap, StallTimeout: d.Config.StallTimeout, ReassignLimit: d.Config.ReassignLimit,
+		TakeoverGap: d.Config.TakeoverGap, Heartbeat: d.Config.Heartbeat, StallTimeout: d.Config.StallTimeout, ReassignLimit: d.Config.ReassignLimit,
 		Now: d.Now, Logger: d.Logger.With(slog.String("service", "supervisor")), Metrics: d.Metrics,
 	})
 	if err != nil {

@@ -23,12 +23,15 @@ import (
 
 // Config is what the supervisor needs.
 type Config struct {
-	JS          jetstream.JetStream
-	Store       *kc.Store
-	Marks       jetstream.KeyValue // cairn-outbox-sent
-	Handovers   jetstream.KeyValue // cairn-handovers
-	Pipeline    pipeline.Definition
-	Lease       time.Duration // a lease unchanged this long has expired; default 15s
+	JS        jetstream.JetStream
+	Store     *kc.Store
+	Marks     jetstream.KeyValue // cairn-outbox-sent
+	Handovers jetstream.KeyValue // cairn-handovers
+	Pipeline  pipeline.Definition
+	Lease     time.Duration // a lease unchanged this long has expired; default 15s
+	// Heartbeat is how often holders renew; a lease not renewed for two heartbeats gets its
+	// owner asked whether it is alive. Default Lease/3.
+	Heartbeat   time.Duration
 	TakeoverGap time.Duration // default 500ms
 	Sweep       time.Duration // how often the checkpoints are swept; default 1s
 	// StallTimeout hands over a running or finishing run whose record made no progress
@@ -68,6 +71,7 @@ type observation struct {
 	lease   string // token/write_id, "" when none
 	current string // the step the run waits on
 	since   time.Time
+	asked   bool // whether the lease's owner was asked if it is alive
 }
 
 const source = "/cairn/supervisor"
@@ -75,6 +79,7 @@ const source = "/cairn/supervisor"
 // New checks the configuration.
 func New(c Config) (*Supervisor, error) {
 	c.Lease = cmp.Or(c.Lease, 15*time.Second)
+	c.Heartbeat = cmp.Or(c.Heartbeat, c.Lease/3)
 	c.TakeoverGap = cmp.Or(c.TakeoverGap, 500*time.Millisecond)
 	c.Sweep = cmp.Or(c.Sweep, time.Second)
 	c.StallTimeout = cmp.Or(c.StallTimeout, 10*time.Minute)

@@ -96,13 +96,18 @@ func (s *Supervisor) sweepRun(ctx context.Context, rec *kc.Record, rev uint64, s
 	s.mu.Lock()
 	prev, known := s.seen[runID]
 	if known && prev.lease == obs.lease && prev.current == obs.current {
-		obs.since = prev.since
+		obs.since, obs.asked = prev.since, prev.asked
+	}
+	stale := rec.Lease != nil && !obs.asked && !startup && now.Sub(obs.since) >= 2*s.cfg.Heartbeat && now.Sub(obs.since) < s.cfg.Lease
+	if stale {
+		obs.asked = true
 	}
 	s.seen[runID] = obs
 	s.mu.Unlock()
 	if l := rec.Lease; l != nil {
 		switch {
-		case startup && runner.OwnerGone(ctx, s.cfg.JS.Conn(), l.OwnerInbox, s.cfg.TakeoverGap):
+		case (startup || stale) && runner.OwnerGone(ctx, s.cfg.JS.Conn(), l.OwnerInbox, s.cfg.TakeoverGap):
+			s.forget(runID)
 			return s.reassign(ctx, runID, *l, "owner_gone", "owner "+l.Owner+" gone (no responders)")
 		case now.Sub(obs.since) >= s.cfg.Lease:
 			s.forget(runID)

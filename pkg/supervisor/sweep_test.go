@@ -47,9 +47,24 @@ func (f *fixture) untouched(t *testing.T, runID string, rev uint64) {
 	f.nonePublished(t)
 }
 
+// alive answers on owner's inbox, as a living process does.
+func (f *fixture) alive(t *testing.T, owner kc.Owner) {
+	t.Helper()
+	sub, err := f.nc.Subscribe(owner.Inbox, func(m *nats.Msg) { _ = m.Respond(nil) })
+	if err != nil {
+		t.Fatalf("answering on the owner inbox: %v", err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A living owner that stopped renewing (a stopped process) keeps its lease until it expires.
 func TestSweepReleasesALeaseUnchangedForTheLeaseDuration(t *testing.T) {
 	f := setup(t)
 	s := f.supervisor(t)
+	f.alive(t, worker)
 	f.create(t, "r1", nil)
 	f.take(t, "r1", "a", worker)
 	_, taken := f.load(t, "r1")
@@ -69,6 +84,7 @@ func TestSweepReleasesALeaseUnchangedForTheLeaseDuration(t *testing.T) {
 func TestSweepKeepsARenewedLease(t *testing.T) {
 	f := setup(t)
 	s := f.supervisor(t)
+	f.alive(t, worker)
 	f.create(t, "r1", nil)
 	h := f.take(t, "r1", "a", worker)
 	f.observeAll(t, s)
@@ -110,6 +126,25 @@ func TestSweepAtStartupReleasesTheLeaseOfAGoneOwner(t *testing.T) {
 
 	s.SweepOnce(f.ctx, true) // the clock has not moved: only the owner's silence counts
 
+	f.released(t, "r1", "a", taken, "gone")
+}
+
+// An owner that stopped renewing is asked after two heartbeats; proven gone, its lease is
+// released at once, long before it would expire.
+func TestSweepReleasesTheLeaseOfAGoneOwnerAfterTwoHeartbeats(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+	f.create(t, "r1", nil)
+	f.take(t, "r1", "a", kc.Owner{Name: "a/host/1", Inbox: "cairn.owner.a.gone"})
+	_, taken := f.load(t, "r1")
+	f.observeAll(t, s)
+	s.SweepOnce(f.ctx, false)
+	f.clock.Advance(2*testLease/3 - time.Millisecond)
+	s.SweepOnce(f.ctx, false)
+	f.untouched(t, "r1", taken)
+
+	f.clock.Advance(time.Millisecond) // two heartbeats (lease/3 each) without a renewal
+	s.SweepOnce(f.ctx, false)
 	f.released(t, "r1", "a", taken, "gone")
 }
 
