@@ -101,10 +101,22 @@ func TestServicesZombie(t *testing.T) {
 func TestServicesTwoOfEach(t *testing.T) {
 	h := newProcsNight(t)
 	names := service.Services()
-	h.svcs(append(names, names...))
+	ps := h.svcs(append(names, names...))
 	h.startRun()
-	h.waitStatus(runLimit, kc.Done)
+	rec := h.waitStatus(runLimit, kc.Done)
 	h.assertTruth()
+	// Each step was committed once, by one of its two instances.
+	for _, step := range rec.Pipeline {
+		key := fmt.Sprintf(`cairn_steps_verified_total{step=%q}`, step)
+		i := slices.Index(names, step)
+		j := i + len(names)
+		ok := poll(30*time.Second, func() bool {
+			return metricValue(h.scrape(ps[i]), key)+metricValue(h.scrape(ps[j]), key) == 1
+		})
+		if !ok {
+			t.Errorf("%s over both instances: %v + %v, want 1", key, metricValue(h.scrape(ps[i]), key), metricValue(h.scrape(ps[j]), key))
+		}
+	}
 }
 
 // The nats-server stops in the middle of the night and starts again on the same port and
@@ -131,7 +143,7 @@ func TestServicesSigterm(t *testing.T) {
 	a := h.svc("post-ledger", "CAIRN_FAULTS="+stallAt24, "CAIRN_STOP_GRACE=1s")
 	h.startRun()
 	h.waitFired(stallAt24, runLimit)
-	h.svc("post-ledger")
+	b := h.svc("post-ledger")
 	if err := a.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -144,4 +156,5 @@ func TestServicesSigterm(t *testing.T) {
 	}
 	h.waitStatus(runLimit, kc.Done)
 	h.assertTruth()
+	h.waitMetric(b, `cairn_steps_verified_total{step="post-ledger"}`, func(v float64) bool { return v == 1 }, 30*time.Second)
 }
