@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -101,92 +102,258 @@ func printNote(ctx context.Context, js jetstream.JetStream, runID string) {
 		n.ID, n.At, n.Step, n.Error, n.Done.Keys, n.Done.Messages, n.NextAction)
 }
 
-func cmdResume(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("resume", flag.ContinueOnError)
-	afterFix := fs.Bool("after-fix", false, "the cause was fixed (for example a corrected invoice): accept the new source and run again the steps whose inputs changed")
-	wait := fs.Bool("wait", false, "follow the run until it is done; exit 3 when it is handed over again")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return fmt.Errorf("%w: resume RUN [--after-fix] [--wait]", errUsage)
-	}
-	return runCommand(ctx, pos[0], events.VerbResume, events.Command{AfterFix: *afterFix}, *wait,
-		func(r *kc.Record) error {
-			if r.Status != kc.HandedOver && r.Status != kc.Cancelled {
-				return fmt.Errorf("run %s is %s: only a handed-over or cancelled run can be resumed", r.RunID, r.Status)
-			}
-			return nil
-		})
+// verbSpec is one run command of the CLI: what it sends and which runs may take it.
+type verbSpec struct {
+	verb  string
+	usage string
+	may   func(*kc.Record) error
 }
 
-func cmdCancel(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("cancel", flag.ContinueOnError)
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return fmt.Errorf("%w: cancel RUN", errUsage)
-	}
-	return runCommand(ctx, pos[0], events.VerbCancel, events.Command{}, false, func(r *kc.Record) error {
+var (
+	resumeSpec = verbSpec{events.VerbResume, "resume RUN [--after-fix] [--wait] | resume --where QUERY [--yes]", func(r *kc.Record) error {
+		if r.Status != kc.HandedOver && r.Status != kc.Cancelled {
+			return fmt.Errorf("run %s is %s: only a handed-over or cancelled run can be resumed", r.RunID, r.Status)
+		}
+		return nil
+	}}
+	cancelSpec = verbSpec{events.VerbCancel, "cancel RUN | cancel --where QUERY [--yes]", func(r *kc.Record) error {
 		switch r.Status {
 		case kc.Running, kc.WaitingApproval, kc.HandedOver:
 			return nil
 		}
 		return fmt.Errorf("run %s is %s: there is nothing to cancel", r.RunID, r.Status)
-	})
+	}}
+	rerunSpec = verbSpec{events.VerbRerun, "rerun RUN --from STEP [--wait] | rerun --where QUERY --from STEP [--yes]", func(r *kc.Record) error {
+		switch r.Status {
+		case kc.Done, kc.HandedOver, kc.Cancelled:
+			return nil
+		}
+		return fmt.Errorf("run %s is %s: only a done, handed-over or cancelled run can be run again", r.RunID, r.Status)
+	}}
+)
+
+func cmdResume(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("resume", flag.ContinueOnError)
+	afterFix := fs.Bool("after-fix", false, "the cause was fixed (for example a corrected invoice): accept the new source and run again the steps whose inputs changed")
+	return runVerb(ctx, fs, args, resumeSpec, func() events.Command { return events.Command{AfterFix: *afterFix} })
 }
 
-// runCommand checks that the run may take the command, publishes it, and waits until the
+func cmdCancel(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("cancel", flag.ContinueOnError)
+	return runVerb(ctx, fs, args, cancelSpec, func() events.Command { return events.Command{} })
+}
+
+func cmdRerun(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("rerun", flag.ContinueOnError)
+	from := fs.String("from", "", "the step to run again from (required); the earlier steps' outputs are kept")
+	return runVerb(ctx, fs, args, rerunSpec, func() events.Command { return events.Command{From: *from} })
+}
+
+// runVerb sends one run command to RUN, or with --where to every run the query matches
+// (after a confirmation unless --yes), printing what it did run by run.
+func runVerb(ctx context.Context, fs *flag.FlagSet, args []string, spec verbSpec, cmd func() events.Command) error {
+	where := fs.String("where", "", "act on every run matching QUERY: comma-separated key=value with keys status, step (the current step), warehouse, date")
+	yes := fs.Bool("yes", false, "with --where: do not ask for confirmation")
+	wait := fs.Bool("wait", false, "follow the run until it is done; exit 3 when it is handed over")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	c := cmd()
+	if spec.verb == events.VerbRerun && c.From == "" {
+		return fmt.Errorf("%w: --from STEP is required (%s)", errUsage, spec.usage)
+	}
+	if *where == "" && len(pos) != 1 {
+		return fmt.Errorf("%w: %s", errUsage, spec.usage)
+	}
+	if *where != "" && (len(pos) != 0 || *wait) {
+		return fmt.Errorf("%w: --where takes no run id and no --wait (%s)", errUsage, spec.usage)
+	}
+	var q query
+	if *where != "" {
+		if q, err = parseQuery(*where); err != nil {
+			return fmt.Errorf("%w: --where: %v", errUsage, err)
+		}
+	}
+	s, err := newSender(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if *where == "" {
+		return s.send(ctx, pos[0], spec, c, *wait)
+	}
+	runs, err := s.matching(ctx, q)
+	if err != nil {
+		return err
+	}
+	if len(runs) == 0 {
+		fmt.Printf("no run matches %s\n", *where)
+		return nil
+	}
+	fmt.Printf("%s: %d runs match %s\n", spec.verb, len(runs), *where)
+	for _, r := range runs {
+		fmt.Printf("  %s\n", progress(r))
+	}
+	if !*yes && !confirm(fmt.Sprintf("%s these %d runs?", spec.verb, len(runs))) {
+		return errors.New("nothing done: not confirmed (use --yes to skip the question)")
+	}
+	failed := 0
+	for _, r := range runs {
+		fmt.Printf("%s %s: ", spec.verb, r.RunID)
+		if err := s.send(ctx, r.RunID, spec, c, false); err != nil {
+			fmt.Printf("failed: %v\n", err)
+			failed++
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%s failed for %d of %d runs", spec.verb, failed, len(runs))
+	}
+	return nil
+}
+
+// confirm asks on the terminal; anything but y or yes is a no.
+func confirm(question string) bool {
+	fmt.Printf("%s [y/N] ", question)
+	var answer string
+	_, _ = fmt.Scanln(&answer)
+	return answer == "y" || answer == "Y" || answer == "yes"
+}
+
+// query is a parsed --where: every key must match.
+type query map[string]string
+
+func parseQuery(s string) (query, error) {
+	q := query{}
+	for _, part := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || v == "" {
+			return nil, fmt.Errorf("%q is not key=value", part)
+		}
+		switch k {
+		case "status", "step", "warehouse", "date":
+		default:
+			return nil, fmt.Errorf("unknown key %q (status, step, warehouse, date)", k)
+		}
+		q[k] = v
+	}
+	return q, nil
+}
+
+func (q query) matches(r *kc.Record) bool {
+	for k, v := range q {
+		var got string
+		switch k {
+		case "status":
+			got = string(r.Status)
+		case "step":
+			got = r.Current()
+			if r.Status == kc.HandedOver || r.Status == kc.Cancelled {
+				got = stoppedStep(r)
+			}
+		case "warehouse":
+			got = r.Params.Warehouse
+		case "date":
+			got = r.Params.Date
+		}
+		if got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// stoppedStep is the step a stopped run stopped at: its first step not verified.
+func stoppedStep(r *kc.Record) string {
+	for _, name := range r.Pipeline {
+		if r.Step(name).Status != kc.Verified {
+			return name
+		}
+	}
+	return ""
+}
+
+// sender publishes run commands and waits for the supervisor's answer.
+type sender struct {
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	store *kc.Store
+}
+
+func newSender(ctx context.Context) (*sender, error) {
+	_, nc, js, err := connect("cli")
+	if err != nil {
+		return nil, err
+	}
+	store, err := kc.Open(ctx, js, assets.BucketRuns)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return &sender{nc: nc, js: js, store: store}, nil
+}
+
+func (s *sender) close() { s.nc.Close() }
+
+// matching lists the runs q matches, oldest first.
+func (s *sender) matching(ctx context.Context, q query) ([]*kc.Record, error) {
+	lister, err := s.store.KV().ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []*kc.Record
+	for k := range lister.Keys() {
+		r, _, err := s.store.Load(ctx, k)
+		if err != nil {
+			continue // deleted in between, or not trusted: never acted on in bulk
+		}
+		if q.matches(r) {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b *kc.Record) int { return strings.Compare(a.CreatedAt, b.CreatedAt) })
+	return out, nil
+}
+
+// send checks that the run may take the command, publishes it, and waits until the
 // supervisor applied it (its request id is in the record) or refused it (cairn.rejected).
-func runCommand(ctx context.Context, runID, verb string, c events.Command, wait bool, may func(*kc.Record) error) error {
+func (s *sender) send(ctx context.Context, runID string, spec verbSpec, c events.Command, wait bool) error {
 	if err := events.ValidID("run id", runID); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	_, nc, js, err := connect("cli")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	store, err := kc.Open(ctx, js, assets.BucketRuns)
-	if err != nil {
-		return err
-	}
-	rec, _, err := store.Load(ctx, runID)
+	rec, _, err := s.store.Load(ctx, runID)
 	if errors.Is(err, kc.ErrNotFound) {
 		return fmt.Errorf("no run %q", runID)
 	}
 	if err != nil {
 		return err
 	}
-	if err := may(rec); err != nil {
+	if err := spec.may(rec); err != nil {
 		return err
 	}
-	typ, _ := events.CommandType(verb)
+	typ, _ := events.CommandType(spec.verb)
 	c.RequestID = "cli-" + nuid.Next()
 	e, err := events.New(c.RequestID, typ, "/cairn/cli", runID, time.Now(), c)
 	if err != nil {
 		return err
 	}
-	m, err := events.Encode(events.RunSubject(runID, verb), e)
+	m, err := events.Encode(events.RunSubject(runID, spec.verb), e)
 	if err != nil {
 		return err
 	}
 	rejected := make(chan *nats.Msg, 16)
-	sub, err := nc.ChanSubscribe(events.RejectedSubject, rejected)
+	sub, err := s.nc.ChanSubscribe(events.RejectedSubject, rejected)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	w, err := store.KV().Watch(ctx, runID, jetstream.UpdatesOnly())
+	w, err := s.store.KV().Watch(ctx, runID, jetstream.UpdatesOnly())
 	if err != nil {
 		return err
 	}
 	defer func() { _ = w.Stop() }()
-	if _, err := js.PublishMsg(ctx, m); err != nil {
-		return fmt.Errorf("publishing %s (is the supervisor running?): %w", verb, err)
+	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("publishing %s (is the supervisor running?): %w", spec.verb, err)
 	}
 	limit := time.NewTimer(30 * time.Second)
 	defer limit.Stop()
@@ -195,10 +362,10 @@ func runCommand(ctx context.Context, runID, verb string, c events.Command, wait 
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-limit.C:
-			return fmt.Errorf("%s of %s sent (request %s) but not applied within 30s: is the supervisor running?", verb, runID, c.RequestID)
+			return fmt.Errorf("%s of %s sent (request %s) but not applied within 30s: is the supervisor running?", spec.verb, runID, c.RequestID)
 		case rm := <-rejected:
 			if reason, ours := rejectionOf(rm, c.RequestID); ours {
-				return fmt.Errorf("%s of %s refused: %s", verb, runID, reason)
+				return fmt.Errorf("%s of %s refused: %s", spec.verb, runID, reason)
 			}
 		case e := <-w.Updates():
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
@@ -210,7 +377,7 @@ func runCommand(ctx context.Context, runID, verb string, c events.Command, wait 
 			}
 			fmt.Println(progress(r))
 			if wait {
-				return follow(ctx, js, runID)
+				return follow(ctx, s.js, runID)
 			}
 			return nil
 		}

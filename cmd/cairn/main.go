@@ -23,6 +23,8 @@ commands:
   handovers list the runs handed to a person, with what stopped them
   resume    resume a handed-over or cancelled run (--after-fix once the cause is fixed)
   cancel    stop a run at the next step boundary (it can be resumed)
+  rerun     run a run again from a step (--from STEP), keeping the earlier steps' outputs
+            (resume, cancel and rerun also act on every run matching --where 'status=…,step=…')
   demo      run the reference night with a real crash at entry 24 of post-ledger, and resume it
 
 Settings come from CAIRN_* environment variables (see README.md).
@@ -40,7 +42,7 @@ func main() {
 	defer stop()
 	cmds := map[string]func(context.Context, []string) error{
 		"init": cmdInit, "dev": cmdDev, "gen": cmdGen, "start": cmdStart, "status": cmdStatus, "demo": cmdDemo,
-		"handovers": cmdHandovers, "resume": cmdResume, "cancel": cmdCancel,
+		"handovers": cmdHandovers, "resume": cmdResume, "cancel": cmdCancel, "rerun": cmdRerun,
 	}
 	name := os.Args[1]
 	if name == "-h" || name == "--help" || name == "help" {

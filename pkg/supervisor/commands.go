@@ -20,6 +20,8 @@ func (s *Supervisor) apply(ctx context.Context, ev events.Event) error {
 		return s.cancel(ctx, ev)
 	case events.TypeRunResume:
 		return s.resume(ctx, ev)
+	case events.TypeRunRerun:
+		return s.rerun(ctx, ev)
 	default:
 		return reject("command %s is not supported by this version of Cairn", ev.Type)
 	}
@@ -189,18 +191,75 @@ func (s *Supervisor) resume(ctx context.Context, ev events.Event) error {
 }
 
 // rerunFrom starts generation+1 of a run from the step that stopped, or from its first step
-// when the stop was a changed source (whose new fingerprint the rerun accepts). Every step
-// from there on is pending again; outputs of earlier generations stay in the artifact store.
+// when the stop was a changed source (whose new fingerprint the rerun accepts).
 func rerunFrom(r *kc.Record, stopped string) string {
 	from := stopped
 	if st := r.Step(stopped); st.LastError != nil && strings.Contains(*st.LastError, runner.ErrSourceChanged.Error()) {
 		from = r.Pipeline[0]
-		r.SourceFingerprint = nil
+	}
+	resetFrom(r, from)
+	return from
+}
+
+// resetFrom raises the run's generation and makes every step from step on pending again;
+// the outputs of earlier generations stay in the artifact store, their effects in the
+// outside systems (the rerun's writing steps reverse what no longer stands).
+func resetFrom(r *kc.Record, step string) {
+	if step == r.Pipeline[0] {
+		r.SourceFingerprint = nil // the first step records the source anew
 	}
 	r.Generation++
 	r.Approval = nil
-	for _, name := range r.Pipeline[r.Index(from):] {
+	r.Handover = nil
+	r.Lease = nil
+	r.Status = kc.Running
+	for _, name := range r.Pipeline[r.Index(step):] {
 		r.Steps[name] = kc.NewStep()
 	}
-	return from
+	r.NextAction = fmt.Sprintf("run step %s of %s again, generation %d", step, r.RunID, r.Generation)
+}
+
+// rerun starts a finished, handed-over or cancelled run again from a step (cairn rerun RUN
+// --from STEP), after new code or corrected data: the earlier steps' verified outputs are
+// kept, and the keys make the repeated writes harmless.
+func (s *Supervisor) rerun(ctx context.Context, ev events.Event) error {
+	c, err := s.command(ev)
+	if err != nil {
+		return err
+	}
+	if c.From == "" {
+		return reject("rerun of %s: name the step to run again from (cairn rerun RUN --from STEP)", ev.Subject)
+	}
+	if _, ok := s.cfg.Pipeline.Step(c.From); !ok {
+		return reject("rerun of %s: no step %q in pipeline %s (%v)", ev.Subject, c.From, s.cfg.Pipeline.Name, s.cfg.Pipeline.Names())
+	}
+	rec, rev, err := s.cfg.Store.Mutate(ctx, ev.Subject, func(r *kc.Record) error {
+		if r.HasRequest(ev.ID) {
+			return kc.ErrSkip
+		}
+		switch r.Status {
+		case kc.Done, kc.HandedOver, kc.Cancelled:
+		default:
+			return reject("rerun of %s: the run is %s; only a done, handed-over or cancelled run can be run again", r.RunID, r.Status)
+		}
+		if r.Lease != nil {
+			return fmt.Errorf("run %s: step %s still holds its lease; rerunning after it stops", r.RunID, r.Lease.Step)
+		}
+		r.AddRequest(ev.ID)
+		resetFrom(r, c.From)
+		r.NextAction += " (rerun requested)"
+		return nil
+	})
+	if errors.Is(err, kc.ErrNotFound) {
+		return reject("rerun: run %s does not exist", ev.Subject)
+	}
+	if errors.Is(err, kc.ErrSkip) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	s.record(ctx, events.AuditStepID(ev.Subject, "run", "rerun", rev), events.Audit{RunID: ev.Subject, Event: "run.rerun", Step: c.From,
+		Detail: fmt.Sprintf("rerun from %s as generation %d", c.From, rec.Generation)})
+	return s.publish(ctx, ev.Subject, c.From, rec.Generation, rev)
 }

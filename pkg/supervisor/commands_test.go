@@ -269,3 +269,40 @@ func TestResumeAfterFixRerunsFromTheStepThatStopped(t *testing.T) {
 		t.Fatalf("resumed audit events %v", ids)
 	}
 }
+
+func TestRerunFromAStep(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+	f.handedOverAt(t, "r1", "c", "whatever")
+	if _, _, err := f.store.Mutate(f.ctx, "r1", func(r *kc.Record) error {
+		r.Status = kc.Done
+		r.Handover = nil
+		r.Step("c").Status = kc.Verified
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.command(t, s, events.RunSubject("r1", events.VerbRerun), `{"from":"b"}`)
+	rec, rev := f.load(t, "r1")
+	if rec.Status != kc.Running || rec.Generation != 1 || rec.Step("a").Status != kc.Verified ||
+		rec.Step("b").Status != kc.Pending || rec.Step("c").Status != kc.Pending || rec.SourceFingerprint == nil {
+		t.Fatalf("after rerun --from b: status %s generation %d a %s b %s c %s", rec.Status, rec.Generation, rec.Step("a").Status, rec.Step("b").Status, rec.Step("c").Status)
+	}
+	stepEvent(t, f.published(t), "r1", "b", rev, 1)
+	if ids := f.auditIDs(t, "r1", "run.rerun"); len(ids) != 1 {
+		t.Fatalf("rerun audit events %v", ids)
+	}
+	f.settled(t)
+
+	// The run is running now: another rerun is refused, as are an unknown step and no step.
+	f.command(t, s, events.RunSubject("r1", events.VerbRerun), `{"from":"b"}`)
+	f.command(t, s, events.RunSubject("r1", events.VerbRerun), `{"from":"zz"}`)
+	f.command(t, s, events.RunSubject("r1", events.VerbRerun), ``)
+	rej := f.rejections(t)
+	if len(rej) != 3 || !strings.Contains(rej[0].data.Reason, "running") || !strings.Contains(rej[1].data.Reason, `"zz"`) || !strings.Contains(rej[2].data.Reason, "--from") {
+		t.Fatalf("rejections %+v", rej)
+	}
+	if _, rev2 := f.load(t, "r1"); rev2 != rev {
+		t.Fatalf("a refused rerun wrote revision %d", rev2)
+	}
+}

@@ -103,7 +103,7 @@ func (s *Supervisor) reassignments(ctx context.Context, runID string) (int, erro
 		switch a.Event {
 		case "reassigned":
 			n++
-		case "run.resumed":
+		case "run.resumed", "run.rerun":
 			n = 0
 		}
 	}

@@ -1,0 +1,104 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/events"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+)
+
+// cairn rerun RUN --from STEP runs a finished night again from a step: the earlier steps'
+// outputs are kept, every effect already made stands once (the keys make the repeated
+// writes harmless), and the checkpoint records the rerun as generation 1.
+func TestRerunFromPostLedger(t *testing.T) {
+	n := newNight(t, 0)
+	n.start()
+	n.startRun()
+	before := n.waitStatus(runLimit, kc.Done)
+	if out, code := n.cli("rerun", runID, "--from", "post-ledger", "--wait"); code != 0 {
+		t.Fatalf("cairn rerun exited %d:\n%s", code, out)
+	}
+	rec := n.waitRecord(runLimit, "generation 1 done", func(r *kc.Record) bool { return r.Generation == 1 && r.Status == kc.Done })
+	for _, s := range []string{"fetch", "extract", "match", "compare"} {
+		if rec.Step(s).Output.Digest != before.Step(s).Output.Digest || *rec.Step(s).Token != *before.Step(s).Token {
+			t.Errorf("step %s changed in the rerun: %+v, was %+v", s, rec.Step(s), before.Step(s))
+		}
+	}
+	if rec.Step("post-ledger").Effects == nil || rec.Step("post-ledger").Effects.Keys != 0 {
+		t.Errorf("post-ledger's rerun wrote %+v keys, want none (every entry stands unchanged)", rec.Step("post-ledger").Effects)
+	}
+	// Everything stands once; the rerun's report is the one new message.
+	files := n.mailKeys()
+	n.assertTruthExtra(1)
+	if len(files) != len(n.truth.DebitNotes)+2 || !contains(strings.Join(files, " "), runID+":report:g1") {
+		t.Errorf("mail after the rerun: %v", files)
+	}
+	if rows := n.scalar("ledger.db", `SELECT count(*) FROM ledger_entries`); rows != len(n.truth.Adjustments) {
+		t.Errorf("ledger rows %d after the rerun, want %d", rows, len(n.truth.Adjustments))
+	}
+	if c := n.audit(); c["run.rerun"] != 1 || c["extractor.called"] != 312 {
+		t.Errorf("audit %v: want one run.rerun and no extractor call repeated", c)
+	}
+}
+
+// cairn resume --where acts on every matching run and says what it did, run by run.
+func TestBulkResumeWhere(t *testing.T) {
+	n := newNight(t, 0)
+	n.start("CAIRN_FAULTS=update-stock.before-write.5=error:unknown")
+	runs := []string{"run-a", "run-b"}
+	for _, r := range runs {
+		n.publish(events.RunStartSubject, fmt.Sprintf(`{"run_id":%q,"warehouse":%q,"date":%q}`, r, warehouse, date))
+	}
+	for _, r := range runs {
+		n.waitRunStatus(r, kc.HandedOver)
+	}
+	n.dev.Stop(20 * time.Second)
+	n.start()
+	out, code := n.cli("resume", "--where", "status=nothing_like_this", "--yes")
+	if code != 0 || !strings.Contains(out, "no run matches") {
+		t.Errorf("a query matching nothing: exit %d\n%s", code, out)
+	}
+	out, code = n.cli("resume", "--where", "status=handed_over,step=update-stock", "--yes")
+	if code != 0 {
+		t.Fatalf("cairn resume --where exited %d:\n%s", code, out)
+	}
+	for _, r := range runs {
+		if !strings.Contains(out, "resume "+r+": "+r) {
+			t.Errorf("output does not report %s:\n%s", r, out)
+		}
+		n.waitRunStatus(r, kc.Done)
+	}
+	if rows := n.scalar("ledger.db", `SELECT count(*) FROM ledger_entries`); rows != 2*len(n.truth.Adjustments) {
+		t.Errorf("ledger rows %d, want %d for two runs", rows, 2*len(n.truth.Adjustments))
+	}
+}
+
+// waitRunStatus waits until the run's record shows status.
+func (n *night) waitRunStatus(run string, status kc.Status) {
+	n.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), runLimit)
+	defer cancel()
+	kv, err := n.js.KeyValue(ctx, assets.BucketRuns)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	w, err := kv.Watch(ctx, run)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer func() { _ = w.Stop() }()
+	for e := range w.Updates() {
+		if e == nil {
+			continue
+		}
+		if r, err := kc.Decode(e.Value()); err == nil && r.Status == status {
+			return
+		}
+	}
+	n.t.Fatalf("run %s not %s within %s", run, status, runLimit)
+}
