@@ -9,6 +9,7 @@ import (
 	"github.com/cairnhq/cairn/internal/recon"
 	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/runner"
+	"github.com/cairnhq/cairn/pkg/saga"
 	"github.com/cairnhq/cairn/pkg/supervisor"
 )
 
@@ -59,11 +60,7 @@ func (s debitNotesStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Res
 	}
 	p := planRows(a.Generation, desired, existing, s.noteOps(a))
 	writes := append(slices.Clip(p.reverse), p.write...)
-	keys := make([]string, len(writes))
-	for i, w := range writes {
-		keys[i] = w.Key
-	}
-	if err := keyed(ctx, a, keys, func(i int) error { return outbox.Queue(ctx, a.JS(), writes[i]) }); err != nil {
+	if err := keyed(ctx, a, mailEffects(a, writes, s.noteOps(a)), func(i int) error { return outbox.Queue(ctx, a.JS(), writes[i]) }); err != nil {
 		return nil, err
 	}
 	out := noteOutput{Notes: make([]queuedNote, len(p.stand))}
@@ -73,7 +70,7 @@ func (s debitNotesStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Res
 	for _, w := range p.reverse {
 		out.Withdrawn = append(out.Withdrawn, w.Key)
 	}
-	return result(out, len(keys), "send the report of "+a.RunID)
+	return result(out, len(writes), "send the report of "+a.RunID)
 }
 
 // standingNotes are the debit notes of earlier generations that went (or are still to go,
@@ -105,6 +102,24 @@ func (s debitNotesStep) standingNotes(ctx context.Context, a *runner.Attempt) ([
 	return out, nil
 }
 
+// mailEffects describes queued messages for the saga: a message is reversed by its
+// withdrawal (or, never sent, by cancelling it); a withdrawal is never reversed.
+func mailEffects(a *runner.Attempt, ms []outbox.Message, ops rowOps[outbox.Message]) []effect {
+	out := make([]effect, len(ms))
+	for i, m := range ms {
+		supplier := ""
+		if m.Kind == "debit" {
+			supplier = baseKey(strings.TrimPrefix(m.Key, a.RunID+":debit:"))
+		}
+		out[i] = effect{key: m.Key, supplier: supplier, payload: m}
+		if m.Reverses == "" {
+			w := ops.reversal(m)
+			out[i].reverse = reverseWith(saga.Mail, w, w.Key)
+		}
+	}
+	return out
+}
+
 // noteOps plan debit notes as rows: the same note is the same recipient and text; a note
 // that no longer stands is withdrawn by a note naming the claim it withdraws.
 func (s debitNotesStep) noteOps(a *runner.Attempt) rowOps[outbox.Message] {
@@ -117,9 +132,13 @@ func (s debitNotesStep) noteOps(a *runner.Attempt) rowOps[outbox.Message] {
 		},
 		reversal: func(m outbox.Message) outbox.Message {
 			subject := "Withdrawn: " + m.Subject
-			body := fmt.Sprintf("This withdraws our claim %s (%s), sent for run %s.\n"+
-				"The run was corrected and run again; any claim that stands follows separately.\n\n"+
-				"The withdrawn claim was:\n\n%s", m.Key, m.Subject, a.RunID, m.Body)
+			what := "message"
+			if m.Kind == "debit" {
+				what = "claim"
+			}
+			body := fmt.Sprintf("This withdraws our %[1]s %[2]s (%[3]s), sent for run %[4]s.\n"+
+				"The run was corrected or undone; any %[1]s that stands is sent separately.\n\n"+
+				"The withdrawn %[1]s was:\n\n%[5]s", what, m.Key, m.Subject, a.RunID, m.Body)
 			w := s.message(a, "withdraw", m.Key+":withdraw", m.To[0], subject, body)
 			w.To = m.To
 			w.Reverses = m.Key
@@ -185,9 +204,10 @@ func (s reportStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result,
 	}
 	rep := recon.Summarize(ex.Invoices, adjs, ex.Parked)
 	key := genKey(a.RunID+":report", a.Generation)
-	if err := keyed(ctx, a, []string{key}, func(int) error {
-		subject, body := recon.ReportText(a.RunID, a.Params.Warehouse, a.Params.Date, rep)
-		return outbox.Queue(ctx, a.JS(), debitNotesStep(s).message(a, "report", key, s.e.FinanceTo, subject, body))
+	subject, body := recon.ReportText(a.RunID, a.Params.Warehouse, a.Params.Date, rep)
+	m := debitNotesStep(s).message(a, "report", key, s.e.FinanceTo, subject, body)
+	if err := keyed(ctx, a, mailEffects(a, []outbox.Message{m}, debitNotesStep(s).noteOps(a)), func(int) error {
+		return outbox.Queue(ctx, a.JS(), m)
 	}); err != nil {
 		return nil, err
 	}

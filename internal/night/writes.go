@@ -2,6 +2,7 @@ package night
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -11,14 +12,27 @@ import (
 	"github.com/cairnhq/cairn/pkg/fence"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/runner"
+	"github.com/cairnhq/cairn/pkg/saga"
 )
 
+// effect is one outside write of a step, as its saga records describe it.
+type effect struct {
+	key      string
+	supplier string
+	payload  any
+	reverse  *saga.Reverse // nil for a write that is itself a reversal
+}
+
 // keyed walks a step's writes in ascending key order, firing the write faults around each.
-func keyed(ctx context.Context, a *runner.Attempt, keys []string, write func(i int) error) error {
-	for i := range keys {
+// Every write's intent is on CAIRN_SAGA before it is made, and its outcome after.
+func keyed(ctx context.Context, a *runner.Attempt, effs []effect, write func(i int) error) error {
+	for i, e := range effs {
 		n := i + 1
 		if err := a.Fault(ctx, faults.BeforeWrite, n); err != nil {
 			return err
+		}
+		if err := saga.Publish(ctx, a.JS(), "/cairn/"+a.Step, a.Now(), sagaRecord(a, e, saga.Intent)); err != nil {
+			return runner.Temporary(err)
 		}
 		err := a.Retry(ctx, func(try int) error {
 			if err := write(i); err != nil {
@@ -27,13 +41,58 @@ func keyed(ctx context.Context, a *runner.Attempt, keys []string, write func(i i
 			return a.Fault(ctx, faults.LostReply, n)
 		})
 		if err != nil {
-			return fmt.Errorf("writing %s: %w", keys[i], err)
+			return fmt.Errorf("writing %s: %w", e.key, err)
+		}
+		if err := saga.Publish(ctx, a.JS(), "/cairn/"+a.Step, a.Now(), sagaRecord(a, e, saga.Outcome)); err != nil {
+			return runner.Temporary(err)
 		}
 		if err := a.Fault(ctx, faults.AfterWrite, n); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func sagaRecord(a *runner.Attempt, e effect, phase string) saga.Record {
+	r := saga.Record{Key: e.key, RunID: a.RunID, Step: a.Step, Generation: a.Generation, Token: a.Token.Value,
+		Phase: phase, SupplierID: e.supplier, Reverse: e.reverse}
+	if phase == saga.Intent {
+		r.Payload, _ = json.Marshal(e.payload)
+	} else {
+		r.Outcome = "done"
+		r.Reverse = nil
+	}
+	return r
+}
+
+// reverseWith is how to reverse a row: write rev (its reversal) in system.
+func reverseWith(system string, rev any, key string) *saga.Reverse {
+	b, _ := json.Marshal(rev)
+	return &saga.Reverse{System: system, Key: key, Payload: b}
+}
+
+func ledgerEffects(es []books.Entry) []effect {
+	out := make([]effect, len(es))
+	for i, e := range es {
+		out[i] = effect{key: e.Key, supplier: e.SupplierID, payload: e}
+		if e.Reverses == "" {
+			rev := ledgerOps.reversal(e)
+			out[i].reverse = reverseWith(saga.Ledger, rev, rev.Key)
+		}
+	}
+	return out
+}
+
+func stockEffects(as []books.Adjustment) []effect {
+	out := make([]effect, len(as))
+	for i, x := range as {
+		out[i] = effect{key: x.Key, supplier: x.SupplierID, payload: x}
+		if x.Reverses == "" {
+			rev := stockOps.reversal(x)
+			out[i].reverse = reverseWith(saga.Stock, rev, rev.Key)
+		}
+	}
+	return out
 }
 
 func adjustments(ctx context.Context, a *runner.Attempt) ([]recon.Adjustment, error) {
@@ -95,11 +154,7 @@ func (s postLedgerStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Res
 		p.reverse[i].CreatedAt = stamp(a)
 	}
 	writes := append(slices.Clip(p.reverse), p.write...)
-	keys = keys[:0]
-	for _, w := range writes {
-		keys = append(keys, w.Key)
-	}
-	if err := keyed(ctx, a, keys, func(i int) error {
+	if err := keyed(ctx, a, ledgerEffects(writes), func(i int) error {
 		_, err := l.Post(ctx, a.Token, writes[i])
 		return err
 	}); err != nil {
@@ -168,11 +223,7 @@ func (s updateStockStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Re
 		p.reverse[i].CreatedAt = stamp(a)
 	}
 	writes := append(slices.Clip(p.reverse), p.write...)
-	keys = keys[:0]
-	for _, w := range writes {
-		keys = append(keys, w.Key)
-	}
-	if err := keyed(ctx, a, keys, func(i int) error {
+	if err := keyed(ctx, a, stockEffects(writes), func(i int) error {
 		_, err := st.Apply(ctx, a.Token, writes[i])
 		return err
 	}); err != nil {

@@ -14,6 +14,7 @@ const (
 	TypeAudit      = "io.cairn.audit.recorded.v1"
 	TypeOutbox     = "io.cairn.outbox.queued.v1"
 	TypeRejected   = "io.cairn.input.rejected.v1"
+	TypeSaga       = "io.cairn.saga.recorded.v1"
 )
 
 // Verbs are the last token of a cairn.runs subject.
@@ -34,7 +35,7 @@ const ContentType = "application/json"
 func knownType(typ string) bool {
 	switch typ {
 	case TypeRunStart, TypeRunResume, TypeRunApprove, TypeRunReject, TypeRunCancel,
-		TypeRunRerun, TypeRunUndo, TypeStepReady, TypeAudit, TypeOutbox, TypeRejected:
+		TypeRunRerun, TypeRunUndo, TypeStepReady, TypeAudit, TypeOutbox, TypeRejected, TypeSaga:
 		return true
 	}
 	return false

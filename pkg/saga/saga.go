@@ -1,0 +1,140 @@
+// Package saga records every outside effect of a run on CAIRN_SAGA, so that it can be
+// reversed later (DESIGN.md, "Compensation (the saga)").
+//
+// A writing step records the intent before it makes an effect and the outcome after, so no
+// effect exists without its record: an intent without an outcome is an effect that may or
+// may not have happened, and the compensator looks it up in the outside system. Each record
+// says how to reverse its effect: the reversal is itself a keyed, fenced write (a ledger
+// entry "<key>:rev", the opposite stock adjustment, a withdrawal note "<key>:withdraw"), so
+// applying it twice is harmless.
+package saga
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/events"
+)
+
+// Phases of a record.
+const (
+	Intent  = "intent"
+	Outcome = "outcome"
+)
+
+// Systems an effect lives in.
+const (
+	Ledger = "ledger"
+	Stock  = "stock"
+	Mail   = "mail"
+)
+
+// Reverse says how to reverse an effect: the write to make in System, under Key.
+type Reverse struct {
+	System  string          `json:"system"`
+	Key     string          `json:"key"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+// Record is one saga record: the intent of an effect, or its outcome.
+type Record struct {
+	Key        string          `json:"key"`
+	RunID      string          `json:"run_id"`
+	Step       string          `json:"step"`
+	Generation int             `json:"generation"`
+	Token      uint64          `json:"token"`
+	Phase      string          `json:"phase"`
+	SupplierID string          `json:"supplier_id,omitempty"`
+	Payload    json.RawMessage `json:"payload"`
+	Reverse    *Reverse        `json:"reverse"` // nil: the effect is itself a reversal, never reversed
+	Outcome    string          `json:"outcome,omitempty"`
+}
+
+// Publish stores r on cairn.saga.<run_id>.<step> and waits for the stream's ack. Its
+// Msg-Id is "<key>:<phase>", so a repeat within the duplicate window is dropped.
+func Publish(ctx context.Context, js jetstream.JetStream, source string, now time.Time, r Record) error {
+	id := r.Key + ":" + r.Phase
+	e, err := events.New(id, events.TypeSaga, source, r.RunID, now, r)
+	if err != nil {
+		return fmt.Errorf("saga record %s: %w", id, err)
+	}
+	m, err := events.Encode(events.SagaSubject(r.RunID, r.Step), e)
+	if err != nil {
+		return fmt.Errorf("saga record %s: %w", id, err)
+	}
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("saga record %s: %w", id, err)
+	}
+	return nil
+}
+
+// Effect is one outside effect of a run as its records tell it.
+type Effect struct {
+	Intent  Record
+	Outcome string // "" when the effect's outcome was never recorded
+	Seq     int    // order of the intent among the run's records
+}
+
+// Effects reads a run's records and folds them into its effects, one per key, in the order
+// their intents were first recorded.
+func Effects(ctx context.Context, js jetstream.JetStream, runID string) ([]Effect, error) {
+	evs, err := events.ReadSubject(ctx, js, assets.StreamSaga, events.SagaSubject(runID, "*"))
+	if err != nil {
+		return nil, err
+	}
+	byKey := map[string]*Effect{}
+	var order []string
+	for i, e := range evs {
+		var r Record
+		if err := e.Unmarshal(&r); err != nil {
+			return nil, fmt.Errorf("saga record %s: %w", e.ID, err)
+		}
+		ef, ok := byKey[r.Key]
+		if !ok && r.Phase == Intent {
+			ef = &Effect{Intent: r, Seq: i}
+			byKey[r.Key] = ef
+			order = append(order, r.Key)
+		}
+		if ok && r.Phase == Outcome {
+			ef.Outcome = r.Outcome
+		}
+	}
+	out := make([]Effect, 0, len(order))
+	for _, k := range order {
+		out = append(out, *byKey[k])
+	}
+	return out, nil
+}
+
+// Scope narrows an undo; empty fields match everything.
+type Scope struct {
+	Supplier string `json:"supplier,omitempty"`
+	Step     string `json:"step,omitempty"`
+}
+
+// Plan returns the effects an undo of scope reverses, in the order it reverses them: steps in
+// reverse pipeline order, keys descending within a step. Effects that are themselves
+// reversals are left out.
+func Plan(effects []Effect, pipeline []string, scope Scope) []Effect {
+	var out []Effect
+	for _, e := range effects {
+		if e.Intent.Reverse == nil || (scope.Supplier != "" && e.Intent.SupplierID != scope.Supplier) || (scope.Step != "" && e.Intent.Step != scope.Step) {
+			continue
+		}
+		out = append(out, e)
+	}
+	slices.SortStableFunc(out, func(a, b Effect) int {
+		if d := slices.Index(pipeline, b.Intent.Step) - slices.Index(pipeline, a.Intent.Step); d != 0 {
+			return d
+		}
+		return strings.Compare(b.Intent.Key, a.Intent.Key)
+	})
+	return out
+}
