@@ -37,9 +37,9 @@ func (h *procsNight) ledgerRows() int {
 // Every service once, each its own process: one uninterrupted night.
 func TestServicesNight(t *testing.T) {
 	h := newProcsNight(t)
-	steps := allBut("outbox-sender", "supervisor")
+	steps := allBut("outbox-sender", "supervisor", "compensator")
 	ps := h.svcs(steps)
-	h.svcs([]string{"outbox-sender", "supervisor"})
+	h.svcs([]string{"outbox-sender", "supervisor", "compensator"})
 	h.startRun()
 	h.waitStatus(runLimit, kc.Done)
 	h.assertTruth()

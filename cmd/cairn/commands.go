@@ -130,7 +130,27 @@ var (
 		}
 		return fmt.Errorf("run %s is %s: only a done, handed-over or cancelled run can be run again", r.RunID, r.Status)
 	}}
+
+	undoSpec = verbSpec{events.VerbUndo, "undo RUN [--supplier ID] [--step STEP] [--wait] | undo --where QUERY [--supplier ID] [--step STEP] [--yes]", func(r *kc.Record) error {
+		if r.Status == kc.Undoing {
+			return fmt.Errorf("run %s is being undone already", r.RunID)
+		}
+		return nil
+	}}
 )
+
+func cmdUndo(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("undo", flag.ContinueOnError)
+	supplier := fs.String("supplier", "", "undo only this supplier's entries, stock adjustments and debit note")
+	step := fs.String("step", "", "undo only this step's effects")
+	return runVerb(ctx, fs, args, undoSpec, func() events.Command {
+		c := events.Command{}
+		if *supplier != "" || *step != "" {
+			c.Scope = &events.UndoScope{Supplier: *supplier, Step: *step}
+		}
+		return c
+	})
+}
 
 func cmdResume(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("resume", flag.ContinueOnError)
@@ -376,10 +396,14 @@ func (s *sender) send(ctx context.Context, runID string, spec verbSpec, c events
 				continue
 			}
 			fmt.Println(progress(r))
-			if wait {
+			switch {
+			case !wait:
+				return nil
+			case spec.verb == events.VerbUndo:
+				return followUndo(ctx, w, c.RequestID, r)
+			default:
 				return follow(ctx, s.js, runID)
 			}
-			return nil
 		}
 	}
 }
@@ -415,5 +439,30 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 		pos = append(pos, fs.Arg(0))
 		args = fs.Args()[1:]
+	}
+}
+
+// followUndo prints an undo's progress until it is finished.
+func followUndo(ctx context.Context, w jetstream.KeyWatcher, id string, r *kc.Record) error {
+	for {
+		if r.Undo != nil && r.Undo.RequestID == id {
+			fmt.Printf("%s  %s  %d of %d effects, %d reversed\n", r.RunID, r.Status, r.Undo.Cursor, r.Undo.Total, r.Undo.Reversed)
+			if r.Status != kc.Undoing {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e := <-w.Updates():
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			next, err := kc.Decode(e.Value())
+			if err != nil {
+				return err
+			}
+			r = next
+		}
 	}
 }

@@ -24,7 +24,9 @@ commands:
   resume    resume a handed-over or cancelled run (--after-fix once the cause is fixed)
   cancel    stop a run at the next step boundary (it can be resumed)
   rerun     run a run again from a step (--from STEP), keeping the earlier steps' outputs
-            (resume, cancel and rerun also act on every run matching --where 'status=…,step=…')
+  undo      reverse a run's effects, newest first (--supplier ID or --step STEP for part of it)
+            (resume, cancel, rerun and undo also act on every run matching --where 'status=…,step=…')
+  faultmap  print how each step survives faults, and the gaps (exit 1 when there are any)
   demo      run the reference night with a real crash at entry 24 of post-ledger, and resume it
 
 Settings come from CAIRN_* environment variables (see README.md).
@@ -42,7 +44,7 @@ func main() {
 	defer stop()
 	cmds := map[string]func(context.Context, []string) error{
 		"init": cmdInit, "dev": cmdDev, "gen": cmdGen, "start": cmdStart, "status": cmdStatus, "demo": cmdDemo,
-		"handovers": cmdHandovers, "resume": cmdResume, "cancel": cmdCancel, "rerun": cmdRerun,
+		"handovers": cmdHandovers, "resume": cmdResume, "cancel": cmdCancel, "rerun": cmdRerun, "undo": cmdUndo, "faultmap": cmdFaultmap,
 	}
 	name := os.Args[1]
 	if name == "-h" || name == "--help" || name == "help" {

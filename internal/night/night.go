@@ -30,18 +30,63 @@ const (
 	Report      = "report"
 )
 
-// Pipeline is the reference night's definition (DESIGN.md, "The pipeline").
+// Pipeline is the reference night's definition (DESIGN.md, "The pipeline"). The fault
+// map's fields say how each step's writes are made safe (writes.go, messages.go,
+// extract.go); `cairn faultmap` prints them.
 var Pipeline = pipeline.Definition{
 	Name: "invoice-reconciliation",
 	Steps: []pipeline.Step{
-		{Name: Fetch, Kind: pipeline.SourceRead, Leased: true, Recovery: "cheap to repeat"},
-		{Name: Extract, Kind: pipeline.ModelCall, Leased: true, Recovery: "each answer memoised; a finished invoice is never asked again"},
-		{Name: Match, Kind: pipeline.Compute, Recovery: "recomputed from saved inputs"},
-		{Name: Compare, Kind: pipeline.SnapshotRead, Leased: true, Recovery: "stock read once, snapshot saved, never re-read"},
-		{Name: PostLedger, Kind: pipeline.BusinessWrite, Leased: true, Fenced: true, Recovery: "keys enforced by the ledger; fenced"},
-		{Name: UpdateStock, Kind: pipeline.BusinessWrite, Leased: true, Fenced: true, Recovery: "keys enforced by the stock store; fenced"},
-		{Name: DebitNotes, Kind: pipeline.OutsideMessage, Leased: true, Irreversible: true, Recovery: "outbox; after every reversible write"},
-		{Name: Report, Kind: pipeline.OutsideMessage, Leased: true, Irreversible: true, Recovery: "outbox"},
+		{
+			Name: Fetch, Kind: pipeline.SourceRead, Leased: true, Recovery: "cheap to repeat",
+			Checkpoint: "the document list with digests, and the source fingerprint every later step checks",
+		},
+		{
+			Name: Extract, Kind: pipeline.ModelCall, Leased: true, Recovery: "each answer memoised; a finished invoice is never asked again",
+			Checkpoint:  "every answer word for word (cairn-memo), then the parsed lines",
+			Effects:     "model call per invoice (paid; the model takes no key)",
+			Memo:        "cairn-memo, key <run>.<document digest>.<16 hex of sha256(prompt version + model)>, claimed with Create: the first answer wins; the call is audited before it is made",
+			ItemRetries: true, RateLimit: "CAIRN_MODEL_RPS",
+		},
+		{
+			Name: Match, Kind: pipeline.Compute, Recovery: "recomputed from saved inputs",
+			Checkpoint: "line → purchase-order matches (lease-free commit)",
+		},
+		{
+			Name: Compare, Kind: pipeline.SnapshotRead, Leased: true, Recovery: "stock read once, snapshot saved, never re-read",
+			Checkpoint: "the stock snapshot (receipts and levels, from the first compare of the night) and the adjustments",
+		},
+		{
+			Name: PostLedger, Kind: pipeline.BusinessWrite, Leased: true, Fenced: true, Recovery: "keys enforced by the ledger; fenced",
+			Checkpoint:   "the entries posted, read back by Verify",
+			Effects:      "ledger rows (ledger_entries)",
+			Key:          "<run>:<invoice>:<line>:<kind> (:g<g> in a rerun), enforced by the ledger's primary key (same payload: no-op; other: handover); fenced",
+			Compensation: "reversal entry <key>:rev with the negated amount, fenced",
+			ItemRetries:  true,
+		},
+		{
+			Name: UpdateStock, Kind: pipeline.BusinessWrite, Leased: true, Fenced: true, Recovery: "keys enforced by the stock store; fenced",
+			Checkpoint:   "the adjustments applied, read back by Verify",
+			Effects:      "stock adjustments (stock_adjustments and stock_levels, one transaction)",
+			Key:          "<run>:stock:<invoice>:<line>:<kind> (:g<g> in a rerun), enforced by the stock store's primary key; fenced",
+			Compensation: "reversal adjustment <key>:rev with the negated quantity and value, fenced",
+			ItemRetries:  true,
+		},
+		{
+			Name: DebitNotes, Kind: pipeline.OutsideMessage, Leased: true, Irreversible: true, Recovery: "outbox; after every reversible write",
+			Checkpoint:   "the notes queued and their keys",
+			Effects:      "mail: a debit note per supplier, through the outbox",
+			Key:          "<run>:debit:<supplier> (:g<g> in a rerun): the outbox Msg-Id, and the sender's mark in cairn-outbox-sent claimed with Create",
+			Compensation: "cancelled while its mark is unclaimed, else a withdrawal note <key>:withdraw naming the claim",
+			ItemRetries:  true,
+		},
+		{
+			Name: Report, Kind: pipeline.OutsideMessage, Leased: true, Irreversible: true, Recovery: "outbox",
+			Checkpoint:   "the summary sent, and its key",
+			Effects:      "mail: the summary to finance, through the outbox",
+			Key:          "<run>:report (:g<g> in a rerun): the outbox Msg-Id, and the sender's mark claimed with Create",
+			Compensation: "cancelled while its mark is unclaimed, else a withdrawal <key>:withdraw telling finance the summary no longer stands; a rerun sends its own, <run>:report:g<g>",
+			ItemRetries:  true,
+		},
 	},
 }
 

@@ -17,7 +17,7 @@ import (
 
 // Services lists every service a deployment runs.
 func Services() []string {
-	return append(night.Pipeline.Names(), "outbox-sender", "supervisor")
+	return append(night.Pipeline.Names(), "outbox-sender", "supervisor", "compensator")
 }
 
 // Main is the whole of a service's main: it reads the configuration, connects, checks the
@@ -83,6 +83,8 @@ func (d *Deps) RunAll(ctx context.Context, names ...string) error {
 			g.Go(func() error { return d.RunSupervisor(ctx) })
 		case "outbox-sender":
 			g.Go(func() error { return d.RunOutboxSender(ctx) })
+		case "compensator":
+			g.Go(func() error { return d.RunCompensator(ctx, env) })
 		default:
 			if _, ok := night.Pipeline.Step(name); !ok {
 				return fmt.Errorf("unknown service %q", name)

@@ -16,6 +16,7 @@ import (
 	"github.com/cairnhq/cairn/internal/books"
 	"github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/internal/recon"
+	"github.com/cairnhq/cairn/internal/undo"
 	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/audit"
@@ -154,6 +155,18 @@ func (d *Deps) settle(ctx context.Context, runID string) {
 	if _, err := supervisor.Settle(ctx, d.JS, d.Store, d.Marks, runID, d.Now); err != nil {
 		d.Logger.Warn("settling run", slog.String("run_id", runID), slog.Any("error", err))
 	}
+}
+
+// RunCompensator runs the compensator (undo) until ctx ends.
+func (d *Deps) RunCompensator(ctx context.Context, env *night.Env) error {
+	c, err := undo.New(undo.Config{
+		JS: d.JS, Store: d.Store, Ledger: env.Ledger, ERP: env.ERP, Marks: d.Marks, Heartbeat: d.Config.Heartbeat,
+		TakeoverGap: d.Config.TakeoverGap, Faults: d.Faults, Now: d.Now, Logger: d.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	return c.Run(ctx)
 }
 
 // RunSupervisor runs the supervisor until ctx ends.

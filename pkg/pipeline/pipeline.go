@@ -22,6 +22,10 @@ const (
 )
 
 // Step is one step of a pipeline.
+//
+// The fields after Recovery describe how the step survives faults, for `cairn faultmap`
+// (package faultmap): they are read by people and by the map's rules, never by the runner.
+// Text fields are short phrases; empty means none.
 type Step struct {
 	Name         string
 	Kind         Kind
@@ -29,7 +33,42 @@ type Step struct {
 	Fenced       bool   // writes to fenced outside systems
 	Irreversible bool   // its effects cannot be reversed, only answered (a sent message)
 	Recovery     string // the recovery rule, in a sentence
+
+	// Checkpoint is what the step's commit saves, so that a restart after it does not
+	// redo it ("the stock snapshot and the adjustments"); empty: nothing is saved.
+	Checkpoint string
+	// Effects are what the step does outside Cairn ("ledger rows", "mail", "model call");
+	// empty: nothing (reads and Cairn's own buckets and streams do not count).
+	Effects string
+	// Key is how its outside writes are made safe to repeat: the idempotency key and who
+	// enforces it ("<run>:<invoice>:<line>:<kind>, the ledger's primary key; fenced");
+	// empty: no key. A model call takes no key: Memo stands in for it.
+	Key string
+	// Memo is, for a model call, where answers are saved and under which key, so that an
+	// item answered once is never asked again; empty: not memoised.
+	Memo string
+	// Compensation is how an undo answers the step's effects ("reversal entry <key>:rev");
+	// empty: none.
+	Compensation string
+	// ItemRetries: each item's outside call is retried in process (Attempt.Retry,
+	// CAIRN_RETRY_ATTEMPTS tries) before the attempt fails.
+	ItemRetries bool
+	// RateLimit names the setting that declares the outside system's calls per second
+	// ("CAIRN_MODEL_RPS"); empty: none declared.
+	RateLimit string
 }
+
+// HasEffects reports whether the step acts outside Cairn: it names effects, or declares
+// them irreversible.
+func (s Step) HasEffects() bool { return s.Effects != "" || s.Irreversible }
+
+// Writes reports whether the step writes to an outside system: it has effects and is not
+// a model call (a call that changes nothing outside, though it costs).
+func (s Step) Writes() bool { return s.HasEffects() && s.Kind != ModelCall }
+
+// ReversibleWrites reports whether the step writes to an outside system and an undo can
+// reverse what it wrote.
+func (s Step) ReversibleWrites() bool { return s.Writes() && !s.Irreversible }
 
 // Definition is a pipeline.
 type Definition struct {

@@ -64,7 +64,9 @@ func ReleaseLease(ctx context.Context, js jetstream.JetStream, store *kc.Store, 
 			return kc.ErrSkip
 		}
 		n.Lease = nil
-		n.Step(l.Step).SetLastError(why)
+		if n.Index(l.Step) >= 0 { // an undo's lease has no step of the pipeline
+			n.Step(l.Step).SetLastError(why)
+		}
 		return nil
 	})
 	if errors.Is(err, kc.ErrSkip) {

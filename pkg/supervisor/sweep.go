@@ -53,7 +53,7 @@ func (s *Supervisor) SweepOnce(ctx context.Context, startup bool) {
 	s.mu.Lock()
 	var live []watched
 	for id, w := range s.runs {
-		if w.rec.Status == kc.Running || w.rec.Status == kc.Finishing {
+		if w.rec.Status == kc.Running || w.rec.Status == kc.Finishing || w.rec.Status == kc.Undoing {
 			live = append(live, w)
 		} else {
 			delete(s.seen, id)
@@ -64,7 +64,7 @@ func (s *Supervisor) SweepOnce(ctx context.Context, startup bool) {
 		if ctx.Err() != nil {
 			return
 		}
-		if now := s.cfg.Now(); now.Sub(w.since) >= s.cfg.StallTimeout {
+		if now := s.cfg.Now(); w.rec.Status != kc.Undoing && now.Sub(w.since) >= s.cfg.StallTimeout {
 			cause := fmt.Errorf("no progress for %s (CAIRN_STALL_TIMEOUT %s): status %s, waiting on %s", now.Sub(w.since).Round(time.Second), s.cfg.StallTimeout, w.rec.Status, cmpStep(w.rec.Current()))
 			unchanged := func(r *kc.Record) bool { return progress(r) == w.progress }
 			if err := s.handOver(ctx, w.rec.RunID, w.rec.Current(), reasonStall, cause, unchanged); err != nil {
@@ -84,7 +84,7 @@ func (s *Supervisor) sweepRun(ctx context.Context, rec *kc.Record, rev uint64, s
 	case kc.Finishing:
 		_, err := Settle(ctx, s.cfg.JS, s.cfg.Store, s.cfg.Marks, runID, s.cfg.Now)
 		return err
-	case kc.Running:
+	case kc.Running, kc.Undoing:
 	default:
 		return nil
 	}
@@ -114,6 +114,14 @@ func (s *Supervisor) sweepRun(ctx context.Context, rec *kc.Record, rev uint64, s
 			return s.reassign(ctx, runID, *l, "expired", fmt.Sprintf("lease of %s expired (not renewed for %s)", l.Owner, s.cfg.Lease))
 		}
 		return nil
+	}
+	if rec.Status == kc.Undoing {
+		// An undo whose compensator died: its command again, so it resumes from its cursor.
+		if rec.Undo == nil || (!startup && now.Sub(obs.since) < s.cfg.Lease) {
+			return nil
+		}
+		s.forget(runID)
+		return s.republishUndo(ctx, rec, rev)
 	}
 	// No lease: the step the run waits on must have an event waiting, or get one.
 	step := obs.current
@@ -175,4 +183,30 @@ func (s *Supervisor) republish(ctx context.Context, runID, step string, rev uint
 	s.forget(runID)
 	s.record(ctx, events.AuditStepID(runID, step, "republished", wrev), events.Audit{RunID: runID, Step: step, Event: "republished"})
 	return s.publish(ctx, runID, step, rec.Generation, wrev)
+}
+
+// republishUndo publishes an interrupted undo's command again, under its request id, with an
+// event id of its own (the revision it saw) so deduplication does not swallow it.
+func (s *Supervisor) republishUndo(ctx context.Context, rec *kc.Record, rev uint64) error {
+	c := events.Command{RequestID: rec.Undo.RequestID}
+	if len(rec.Undo.Scope) > 0 && string(rec.Undo.Scope) != "null" {
+		var sc events.UndoScope
+		if err := json.Unmarshal(rec.Undo.Scope, &sc); err == nil && sc != (events.UndoScope{}) {
+			c.Scope = &sc
+		}
+	}
+	id := fmt.Sprintf("%s:again:%d", rec.Undo.RequestID, rev)
+	e, err := events.New(id, events.TypeRunUndo, source, rec.RunID, s.cfg.Now(), c)
+	if err != nil {
+		return err
+	}
+	m, err := events.Encode(events.RunSubject(rec.RunID, events.VerbUndo), e)
+	if err != nil {
+		return err
+	}
+	if _, err := s.cfg.JS.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("publishing the undo of %s again: %w", rec.RunID, err)
+	}
+	s.log.Info("undo published again", slog.String("run_id", rec.RunID), slog.String("request_id", rec.Undo.RequestID))
+	return nil
 }

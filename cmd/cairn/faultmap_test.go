@@ -1,0 +1,85 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/cairnhq/cairn/pkg/faultmap"
+)
+
+// faultmapEnv sets the settings cairn faultmap reads to their defaults, so that the
+// caller's environment does not leak in.
+func faultmapEnv(t *testing.T) {
+	t.Helper()
+	for k, v := range map[string]string{
+		"CAIRN_NATS_URL": "nats://127.0.0.1:4222", "CAIRN_MODEL_URL": "", "CAIRN_RETRY_ATTEMPTS": "3",
+		"CAIRN_LOOP_GUARD": "3", "CAIRN_MAX_DELIVER": "20", "CAIRN_APPROVAL_STEPS": "", "CAIRN_MODEL_RPS": "5",
+	} {
+		t.Setenv(k, v)
+	}
+}
+
+func TestFaultmapExit(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		gaps int // -1: a usage error
+		want string
+	}{
+		{name: "defaults", want: "gaps: none"},
+		{name: "production approval", env: map[string]string{"CAIRN_APPROVAL_STEPS": "debit-notes"}, want: "gaps: none"},
+		{name: "model rate below the retries' peak", env: map[string]string{"CAIRN_MODEL_RPS": "2"}, gaps: 1, want: "retry-over-rate-limit"},
+		{name: "approval of no step", args: []string{"--approval-steps=debit-notes,debit-note"}, gaps: 1,
+			want: "would also wait for a person: debit-notes, debit-note"},
+		{name: "a stray argument", args: []string{"extract"}, gaps: -1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			faultmapEnv(t)
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			var out bytes.Buffer
+			err := runFaultmap(&out, tt.args)
+			switch {
+			case tt.gaps < 0:
+				if !errors.Is(err, errUsage) {
+					t.Fatalf("err %v, want a usage error", err)
+				}
+				return
+			case tt.gaps == 0 && err != nil:
+				t.Fatalf("err %v, want none (exit 0)", err)
+			case tt.gaps > 0 && (!errors.Is(err, faultmap.ErrGaps) || !strings.Contains(err.Error(), "1 found")):
+				t.Fatalf("err %v, want ErrGaps naming 1 gap (exit 1)", err)
+			}
+			if !strings.Contains(out.String(), tt.want) {
+				t.Errorf("output lacks %q:\n%s", tt.want, out.String())
+			}
+		})
+	}
+}
+
+func TestFaultmapJSON(t *testing.T) {
+	faultmapEnv(t)
+	var out bytes.Buffer
+	if err := runFaultmap(&out, []string{"--json", "--approval-steps", "debit-notes"}); err != nil {
+		t.Fatal(err)
+	}
+	var m faultmap.Map
+	dec := json.NewDecoder(&out)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		t.Fatalf("decoding the output: %v", err)
+	}
+	if len(m.Steps) != 8 || m.Gaps == nil || len(m.Gaps) != 0 {
+		t.Fatalf("%d steps and gaps %v, want 8 and an empty list", len(m.Steps), m.Gaps)
+	}
+	for _, s := range m.Steps {
+		if s.Approval != (s.Name == "debit-notes") {
+			t.Errorf("step %s: approval %t", s.Name, s.Approval)
+		}
+	}
+}

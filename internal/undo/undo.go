@@ -1,0 +1,353 @@
+// Package undo is the compensator: it reverses a run's outside effects, newest first, from
+// the run's saga records (DESIGN.md, "Compensation (the saga)").
+//
+// An undo takes the run's lease as step "undo", raises the fences, and applies the plan's
+// reversals one by one, each a keyed, fenced write, recording its cursor in the checkpoint
+// after each. So an interrupted undo resumes where it stopped, and a repeated one finds
+// every reversal already made and makes none twice.
+package undo
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/cairnhq/cairn/internal/books"
+	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/audit"
+	"github.com/cairnhq/cairn/pkg/events"
+	"github.com/cairnhq/cairn/pkg/faults"
+	"github.com/cairnhq/cairn/pkg/fence"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/outbox"
+	"github.com/cairnhq/cairn/pkg/runner"
+	"github.com/cairnhq/cairn/pkg/saga"
+)
+
+// Step is the lease step of an undo.
+const Step = "undo"
+
+// Config is what the compensator needs.
+type Config struct {
+	JS          jetstream.JetStream
+	Store       *kc.Store
+	Ledger, ERP *books.DB
+	Marks       jetstream.KeyValue // cairn-outbox-sent
+	Heartbeat   time.Duration      // default 5s
+	TakeoverGap time.Duration      // default 500ms
+	Faults      *faults.Set        // undo.before-write.N and the other points
+	Now         func() time.Time
+	Logger      *slog.Logger
+}
+
+// Compensator consumes undo commands.
+type Compensator struct {
+	cfg   Config
+	owner kc.Owner
+	audit *audit.Publisher
+	log   *slog.Logger
+}
+
+// New checks the configuration.
+func New(c Config) (*Compensator, error) {
+	c.Heartbeat = cmp.Or(c.Heartbeat, 5*time.Second)
+	c.TakeoverGap = cmp.Or(c.TakeoverGap, 500*time.Millisecond)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.JS == nil || c.Store == nil || c.Ledger == nil || c.ERP == nil || c.Marks == nil {
+		return nil, errors.New("compensator: needs JetStream, the checkpoint store, both databases and the outbox marks")
+	}
+	host, _ := os.Hostname()
+	owner := kc.Owner{
+		Name:  "compensator/" + cmp.Or(host, "host") + "/" + strconv.Itoa(os.Getpid()) + "-" + nuid.Next()[:6],
+		Inbox: "cairn.owner.compensator." + nuid.Next(),
+	}
+	return &Compensator{cfg: c, owner: owner, audit: audit.New(c.JS, "compensator", c.Now),
+		log: c.Logger.With(slog.String("service", "compensator"), slog.String("owner", owner.Name))}, nil
+}
+
+// Run consumes the compensator durable until ctx ends; it returns nil on a clean stop.
+func (c *Compensator) Run(ctx context.Context) error {
+	sub, err := c.cfg.JS.Conn().Subscribe(c.owner.Inbox, func(m *nats.Msg) { _ = m.Respond([]byte("alive")) })
+	if err != nil {
+		return fmt.Errorf("answering on %s: %w", c.owner.Inbox, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	cons, err := c.cfg.JS.Consumer(ctx, assets.StreamRuns, assets.ConsumerCompensator)
+	if err != nil {
+		return fmt.Errorf("looking up consumer %q: %w", assets.ConsumerCompensator, err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) { c.Handle(ctx, m) }, jetstream.PullMaxMessages(1))
+	if err != nil {
+		return fmt.Errorf("consuming %q: %w", assets.ConsumerCompensator, err)
+	}
+	<-ctx.Done()
+	cc.Drain()
+	select {
+	case <-cc.Closed():
+	case <-time.After(10 * time.Second):
+		cc.Stop()
+	}
+	return nil
+}
+
+// errWait: the undo cannot start yet (a step still holds the lease); the command comes back.
+var errWait = errors.New("waiting")
+
+// Handle applies one undo command and settles its message.
+func (c *Compensator) Handle(ctx context.Context, m jetstream.Msg) {
+	meta, _ := m.Metadata()
+	var seq uint64
+	if meta != nil {
+		seq = meta.Sequence.Stream
+	}
+	nm := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
+	ev, err := events.DecodeCommand(nm, fmt.Sprintf("seq-%d", seq))
+	var cmd events.Command
+	if err == nil {
+		err = ev.Unmarshal(&cmd)
+	}
+	if err == nil {
+		err = cmd.Validate()
+	}
+	if err == nil {
+		err = c.undo(ctx, m, ev.Subject, cmp.Or(cmd.RequestID, ev.ID), cmd.Scope)
+	}
+	var rej *rejection
+	switch {
+	case err == nil:
+		_ = m.Ack()
+	case errors.Is(err, errWait):
+		_ = m.NakWithDelay(500 * time.Millisecond)
+	case errors.As(err, &rej), errors.Is(err, events.ErrInvalid), errors.Is(err, events.ErrInvalidID):
+		id := events.RejectedID(assets.StreamRuns, seq)
+		if rerr := c.audit.Reject(ctx, id, ev.Subject, events.NewRejected(assets.StreamRuns, seq, nm, err.Error())); rerr != nil {
+			_ = m.NakWithDelay(time.Second)
+			return
+		}
+		c.log.Warn("undo rejected", slog.String("subject", m.Subject()), slog.Any("reason", err))
+		_ = m.TermWithReason(err.Error())
+	default:
+		c.log.Warn("undo failed, will retry", slog.String("run_id", ev.Subject), slog.Any("error", err))
+		_ = m.NakWithDelay(time.Second)
+	}
+}
+
+type rejection struct{ reason string }
+
+func (r *rejection) Error() string { return r.reason }
+
+// undo runs (or resumes) the undo request id of run.
+func (c *Compensator) undo(ctx context.Context, m jetstream.Msg, runID, id string, scope *events.UndoScope) error {
+	var sc saga.Scope
+	if scope != nil {
+		sc = saga.Scope{Supplier: scope.Supplier, Step: scope.Step}
+	}
+	rec, rev, err := c.cfg.Store.Load(ctx, runID)
+	switch {
+	case errors.Is(err, kc.ErrNotFound):
+		return &rejection{"undo: run " + runID + " does not exist"}
+	case errors.Is(err, kc.ErrCorrupt), errors.Is(err, kc.ErrForeignEpoch):
+		return &rejection{fmt.Sprintf("undo of %s: the checkpoint is not trusted: %v", runID, err)}
+	case err != nil:
+		return err
+	}
+	if sc.Step != "" && rec.Index(sc.Step) < 0 {
+		return &rejection{fmt.Sprintf("undo of %s: no step %q in the run's pipeline %v", runID, sc.Step, rec.Pipeline)}
+	}
+	if rec.HasRequest(id) && (rec.Undo == nil || rec.Undo.RequestID != id || rec.Status != kc.Undoing) {
+		return nil // done already
+	}
+	if rec.Status == kc.Undoing && rec.Undo != nil && rec.Undo.RequestID != id {
+		return fmt.Errorf("run %s is undoing request %s: %w", runID, rec.Undo.RequestID, errWait)
+	}
+	// Undo of a running run cancels it first, and waits for its lease.
+	if rec.Status == kc.Running || rec.Status == kc.WaitingApproval {
+		if rec, rev, err = c.cfg.Store.MutateFrom(ctx, rec, rev, runID, func(r *kc.Record) error {
+			if r.Status != kc.Running && r.Status != kc.WaitingApproval {
+				return kc.ErrSkip
+			}
+			r.Status = kc.Cancelled
+			r.NextAction = "cancelled for an undo"
+			return nil
+		}); err != nil && !errors.Is(err, kc.ErrSkip) {
+			return err
+		}
+	}
+	if l := rec.Lease; l != nil {
+		if l.Step == Step && runner.OwnerGone(ctx, c.cfg.JS.Conn(), l.OwnerInbox, c.cfg.TakeoverGap) {
+			if _, err := runner.ReleaseLease(ctx, c.cfg.JS, c.cfg.Store, "/cairn/compensator", runID, *l, "owner "+l.Owner+" gone (no responders)", c.cfg.Now); err != nil {
+				return err
+			}
+		}
+		return fmt.Errorf("run %s: %s holds the lease: %w", runID, l.Owner, errWait)
+	}
+	effects, err := saga.Effects(ctx, c.cfg.JS, runID)
+	if err != nil {
+		return err
+	}
+	plan := saga.Plan(effects, rec.Pipeline, sc)
+	scopeJSON, _ := json.Marshal(sc)
+	h, err := c.cfg.Store.Take(ctx, rec, rev, c.owner, Step, func(r *kc.Record) {
+		if r.Undo == nil || r.Undo.RequestID != id {
+			prev := r.Status
+			if prev == kc.Undoing && r.Undo != nil {
+				prev = r.Undo.PreviousStatus
+			}
+			r.Undo = &kc.Undo{RequestID: id, Scope: scopeJSON, Total: len(plan), PreviousStatus: prev}
+			r.AddRequest(id)
+		}
+		r.Status = kc.Undoing
+		r.NextAction = fmt.Sprintf("reverse %d effects of %s, newest first", len(plan), runID)
+	})
+	if errors.Is(err, kc.ErrConflict) || errors.Is(err, kc.ErrLeaseHeld) {
+		return fmt.Errorf("run %s changed: %w", runID, errWait)
+	}
+	if err != nil {
+		return err
+	}
+	return c.reverse(ctx, m, h, plan, sc)
+}
+
+// reverse applies the plan from the record's cursor, then releases the lease with the run
+// undone (a whole-run undo) or back at its previous status.
+func (c *Compensator) reverse(ctx context.Context, m jetstream.Msg, h *kc.Holder, plan []saga.Effect, sc saga.Scope) error {
+	cur, _ := h.Record()
+	runID := cur.RunID
+	token := fence.Token{RunID: runID, Epoch: c.cfg.Store.Epoch(), Value: h.Token()}
+	log := c.log.With(slog.String("run_id", runID), slog.Uint64("token", token.Value))
+	shadow := cur.Params.Shadow
+	ledger, stock := c.cfg.Ledger.Ledger(shadow), c.cfg.ERP.Stock(shadow)
+	if err := ledger.RaiseFence(ctx, token); err != nil {
+		return c.stop(ctx, h, err)
+	}
+	if err := stock.RaiseFence(ctx, token); err != nil {
+		return c.stop(ctx, h, err)
+	}
+	c.record(ctx, runID, "undo.started", h.Token(), fmt.Sprintf("%d effects, scope %+v", len(plan), sc))
+	for i := cur.Undo.Cursor; i < len(plan); i++ {
+		e := plan[i]
+		n := i + 1
+		if err := c.cfg.Faults.Hit(ctx, Step, faults.BeforeWrite, n); err != nil {
+			return c.stop(ctx, h, err)
+		}
+		made, err := c.apply(ctx, ledger, stock, token, cur, e)
+		if err != nil {
+			return c.stop(ctx, h, fmt.Errorf("reversing %s: %w", e.Intent.Key, err))
+		}
+		if err := c.cfg.Faults.Hit(ctx, Step, faults.AfterWrite, n); err != nil {
+			return c.stop(ctx, h, err)
+		}
+		_ = m.InProgress()
+		if err := h.Write(ctx, func(r *kc.Record) error {
+			r.Undo.Cursor = n
+			if made {
+				r.Undo.Reversed++
+			}
+			return nil
+		}); err != nil {
+			return c.stop(ctx, h, err)
+		}
+	}
+	err := h.Release(ctx, func(r *kc.Record) error {
+		if sc == (saga.Scope{}) {
+			r.Status = kc.Undone
+			r.NextAction = "nothing: the run is undone"
+		} else {
+			r.Status = r.Undo.PreviousStatus
+			r.NextAction = fmt.Sprintf("undone for %+v; the rest of the run stands", sc)
+		}
+		return nil
+	})
+	if err != nil {
+		return c.stop(ctx, h, err)
+	}
+	done, _ := h.Record()
+	c.record(ctx, runID, "undo.done", h.Token(), fmt.Sprintf("%d of %d effects reversed", done.Undo.Reversed, len(plan)))
+	log.Info("undo done", slog.Int("reversed", done.Undo.Reversed), slog.Int("effects", len(plan)))
+	return nil
+}
+
+// apply makes one effect's reversal; made says whether it made a new one.
+func (c *Compensator) apply(ctx context.Context, ledger *books.Ledger, stock *books.Stock, t fence.Token, rec *kc.Record, e saga.Effect) (bool, error) {
+	r := e.Intent.Reverse
+	stamp := c.cfg.Now().UTC().Format(time.RFC3339Nano)
+	switch r.System {
+	case saga.Ledger:
+		var rev books.Entry
+		if err := json.Unmarshal(r.Payload, &rev); err != nil {
+			return false, err
+		}
+		rev.CreatedAt = stamp
+		made, err := ledger.Post(ctx, t, rev)
+		if errors.Is(err, books.ErrNoOriginal) {
+			return false, nil // the intent's write never landed: nothing to reverse
+		}
+		return made, err
+	case saga.Stock:
+		var rev books.Adjustment
+		if err := json.Unmarshal(r.Payload, &rev); err != nil {
+			return false, err
+		}
+		rev.CreatedAt = stamp
+		made, err := stock.Apply(ctx, t, rev)
+		if errors.Is(err, books.ErrNoOriginal) {
+			return false, nil
+		}
+		return made, err
+	case saga.Mail:
+		// Never handed to the sender: cancelled. Otherwise it may have gone: withdrawn.
+		cancelled, err := outbox.Cancel(ctx, c.cfg.Marks, rec.RunID, e.Intent.Key)
+		if err != nil || cancelled {
+			return cancelled, err
+		}
+		var w outbox.Message
+		if err := json.Unmarshal(r.Payload, &w); err != nil {
+			return false, err
+		}
+		mark, err := outbox.MarkOf(ctx, c.cfg.Marks, rec.RunID, w.Key)
+		if err != nil {
+			return false, err
+		}
+		if mark != "" {
+			return false, nil // withdrawn already (an earlier undo)
+		}
+		// Queued under its key: a repeat before it is sent is dropped as a duplicate.
+		w.Step, w.Generation, w.Token, w.QueuedAt = Step, rec.Generation, t.Value, c.cfg.Now().UTC().Round(time.Second)
+		return true, outbox.Queue(ctx, c.cfg.JS, w)
+	default:
+		return false, fmt.Errorf("unknown system %q", r.System)
+	}
+}
+
+// stop ends an undo that could not go on: the lease released (the cursor stays), so the
+// command's next delivery resumes it. A fenced compensator writes nothing more.
+func (c *Compensator) stop(ctx context.Context, h *kc.Holder, cause error) error {
+	if errors.Is(cause, kc.ErrFenced) || errors.Is(cause, fence.ErrFenced) {
+		return fmt.Errorf("undo fenced: %w", cause)
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := h.Release(wctx, func(r *kc.Record) error { r.NextAction = "undo interrupted: " + cause.Error(); return nil }); err != nil {
+		c.log.Warn("releasing the undo's lease", slog.Any("error", err))
+	}
+	return cause
+}
+
+func (c *Compensator) record(ctx context.Context, runID, event string, rev uint64, detail string) {
+	_ = c.audit.Record(ctx, events.AuditStepID(runID, Step, event, rev), events.Audit{RunID: runID, Step: Step, Event: event, Owner: c.owner.Name, Detail: detail})
+}

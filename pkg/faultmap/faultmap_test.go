@@ -1,0 +1,270 @@
+package faultmap_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cairnhq/cairn/internal/night"
+	"github.com/cairnhq/cairn/pkg/faultmap"
+	"github.com/cairnhq/cairn/pkg/pipeline"
+)
+
+// defaults are the settings' defaults (DESIGN.md, "Configuration").
+func defaults() faultmap.Settings {
+	return faultmap.Settings{RetryAttempts: 3, LoopGuard: 3, MaxDeliver: 20, RateLimits: map[string]float64{"CAIRN_MODEL_RPS": 5}}
+}
+
+func TestRealPipelineHasNoGaps(t *testing.T) {
+	t.Parallel()
+	for _, approval := range [][]string{nil, {night.DebitNotes}} { // cairn dev, then production
+		s := defaults()
+		s.ApprovalSteps = approval
+		m, err := faultmap.Analyze(night.Pipeline, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Gaps) != 0 || m.Err() != nil {
+			t.Errorf("approval %v: gaps %+v (err %v), want none", approval, m.Gaps, m.Err())
+		}
+		if got, want := len(m.Steps), len(night.Pipeline.Steps); got != want {
+			t.Fatalf("%d steps in the map, want %d", got, want)
+		}
+		for _, st := range m.Steps {
+			if want := slices.Contains(approval, st.Name); st.Approval != want {
+				t.Errorf("approval %v: step %s waits %t, want %t", approval, st.Name, st.Approval, want)
+			}
+			if !st.Checkpoints {
+				t.Errorf("step %s checkpoints nothing", st.Name)
+			}
+		}
+		var out bytes.Buffer
+		if err := m.WriteText(&out); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(out.String(), "\ngaps: none\n") {
+			t.Errorf("text does not end with gaps: none:\n%s", out.String())
+		}
+	}
+}
+
+// bad has one of each gap, each on a step of its own (the approval gap is on the name the
+// setting gives).
+var bad = pipeline.Definition{Name: "bad", Steps: []pipeline.Step{
+	{Name: "scan", Kind: pipeline.SnapshotRead, Leased: true},
+	{Name: "ask", Kind: pipeline.ModelCall, Leased: true, Checkpoint: "answers", Effects: "model call"},
+	{Name: "price", Kind: pipeline.ModelCall, Leased: true, Checkpoint: "prices", Effects: "pricing call", Memo: "memo bucket",
+		ItemRetries: true, RateLimit: "PRICER_RPS"},
+	{Name: "notify", Kind: pipeline.OutsideMessage, Leased: true, Irreversible: true, Checkpoint: "keys", Effects: "mail",
+		Key: "<run>:notify", Compensation: "withdrawal note", ItemRetries: true},
+	{Name: "post", Kind: pipeline.BusinessWrite, Leased: true, Fenced: true, Checkpoint: "keys", Effects: "ledger rows",
+		Compensation: "reversal", ItemRetries: true},
+	{Name: "stock", Kind: pipeline.BusinessWrite, Leased: true, Checkpoint: "keys", Effects: "stock rows",
+		Key: "<run>:stock:<line>", Compensation: "reversal", ItemRetries: true},
+	{Name: "hook", Kind: pipeline.OutsideMessage, Leased: true, Irreversible: true, Checkpoint: "keys", Effects: "webhook",
+		Key: "<run>:hook"},
+}}
+
+func badSettings() faultmap.Settings {
+	s := defaults()
+	s.RateLimits = map[string]float64{"PRICER_RPS": 2}
+	s.ApprovalSteps = []string{"notify", "notfiy"}
+	return s
+}
+
+func TestBadPipelineEveryGap(t *testing.T) {
+	t.Parallel()
+	m, err := faultmap.Analyze(bad, badSettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	type found struct {
+		kind faultmap.GapKind
+		step string
+	}
+	want := []found{
+		{faultmap.SnapshotNotSaved, "scan"},
+		{faultmap.NoMemo, "ask"},
+		{faultmap.OverRateLimit, "price"},
+		{faultmap.IrreversibleFirst, "notify"},
+		{faultmap.NoKey, "post"},
+		{faultmap.UnfencedWrite, "stock"},
+		{faultmap.NoCompensation, "hook"},
+		{faultmap.UnknownApprovalStep, "notfiy"},
+	}
+	var got []found
+	for _, g := range m.Gaps {
+		got = append(got, found{g.Kind, g.Step})
+		if !strings.Contains(g.Detail, g.Step) {
+			t.Errorf("gap %s does not name its step %s: %q", g.Kind, g.Step, g.Detail)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("gaps\n got %v\nwant %v", got, want)
+	}
+	for _, g := range m.Gaps {
+		if g.Kind == faultmap.IrreversibleFirst && !strings.Contains(g.Detail, "post, stock") {
+			t.Errorf("the ordering gap does not name the reversible writes after it: %q", g.Detail)
+		}
+	}
+	err = m.Err()
+	if !errors.Is(err, faultmap.ErrGaps) || !strings.Contains(err.Error(), "8 found in pipeline bad") {
+		t.Errorf("Err() = %v, want ErrGaps naming 8", err)
+	}
+	var out bytes.Buffer
+	if err := m.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	_, gaps, ok := strings.Cut(text, "\ngaps: 8\n")
+	if !ok {
+		t.Fatalf("no gaps: 8 in the text:\n%s", text)
+	}
+	for _, f := range want {
+		if !strings.Contains(gaps, f.step) || !strings.Contains(gaps, string(f.kind)) {
+			t.Errorf("the text's gaps do not show %s on %s:\n%s", f.kind, f.step, gaps)
+		}
+	}
+}
+
+func TestRetryWorstCase(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name                        string
+		retries, guard, maxDeliver  int
+		itemRetries                 bool
+		tries, attempts, calls, cap int
+		ms                          int64
+		peak                        int
+		tryWaits, attemptWaits      []int64
+	}{
+		{"defaults, item retries", 3, 3, 20, true, 3, 3, 9, 57, 6900, 3, []int64{100, 200}, []int64{2000, 4000}},
+		{"defaults, one call an attempt", 3, 3, 20, false, 1, 3, 3, 19, 6000, 1, []int64{}, []int64{2000, 4000}},
+		{"six tries, one attempt", 6, 1, 20, true, 6, 1, 6, 114, 3100, 4, []int64{100, 200, 400, 800, 1600}, []int64{}},
+		{"max deliver below the loop guard", 2, 5, 2, true, 2, 1, 2, 2, 100, 2, []int64{100}, []int64{}},
+		{"capped attempt waits", 1, 7, 20, true, 1, 7, 7, 19, 90000, 1, []int64{}, []int64{2000, 4000, 8000, 16000, 30000, 30000}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			d := pipeline.Definition{Name: "one", Steps: []pipeline.Step{{Name: "s", Kind: pipeline.Compute, ItemRetries: tt.itemRetries}}}
+			m, err := faultmap.Analyze(d, faultmap.Settings{RetryAttempts: tt.retries, LoopGuard: tt.guard, MaxDeliver: tt.maxDeliver})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := m.Steps[0].Retry
+			if r.TriesPerAttempt != tt.tries || r.Attempts != tt.attempts || r.WorstCalls != tt.calls || r.CrashCapCalls != tt.cap ||
+				r.WorstMS != tt.ms || r.PeakPerSecond != tt.peak || !slices.Equal(r.TryBackoffMS, tt.tryWaits) || !slices.Equal(r.AttemptBackoffMS, tt.attemptWaits) {
+				t.Errorf("retry %+v, want tries %d attempts %d calls %d cap %d ms %d peak %d waits %v / %v",
+					r, tt.tries, tt.attempts, tt.calls, tt.cap, tt.ms, tt.peak, tt.tryWaits, tt.attemptWaits)
+			}
+		})
+	}
+}
+
+func TestRateLimitBoundary(t *testing.T) {
+	t.Parallel()
+	d := pipeline.Definition{Name: "one", Steps: []pipeline.Step{{Name: "ask", Kind: pipeline.ModelCall, Leased: true,
+		Checkpoint: "answers", Effects: "model call", Memo: "memo", ItemRetries: true, RateLimit: "RPS"}}}
+	for _, tt := range []struct {
+		rps  float64
+		gaps int
+	}{{3, 0}, {2.5, 1}, {1, 1}} {
+		s := defaults()
+		s.RateLimits = map[string]float64{"RPS": tt.rps}
+		m, err := faultmap.Analyze(d, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Gaps) != tt.gaps {
+			t.Errorf("%g calls per second: gaps %+v, want %d (3 tries in 300ms)", tt.rps, m.Gaps, tt.gaps)
+		}
+	}
+}
+
+func TestAnalyzeRefuses(t *testing.T) {
+	t.Parallel()
+	one := func(st pipeline.Step) pipeline.Definition {
+		return pipeline.Definition{Name: "one", Steps: []pipeline.Step{st}}
+	}
+	for _, tt := range []struct {
+		name string
+		d    pipeline.Definition
+		s    faultmap.Settings
+		want string
+	}{
+		{"unknown rate limit", one(pipeline.Step{Name: "ask", Kind: pipeline.ModelCall, RateLimit: "NOPE"}), defaults(), "rate limit NOPE"},
+		{"invalid definition", pipeline.Definition{Name: "empty"}, defaults(), "no steps"},
+		{"negative retries", one(pipeline.Step{Name: "a"}), faultmap.Settings{RetryAttempts: -1}, "retry attempts"},
+		{"zero rate", one(pipeline.Step{Name: "a"}), faultmap.Settings{RateLimits: map[string]float64{"RPS": 0}}, "rate limit RPS"},
+	} {
+		if _, err := faultmap.Analyze(tt.d, tt.s); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: err %v, want one naming %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+func TestJSONShape(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		d    pipeline.Definition
+		s    faultmap.Settings
+		gaps int
+	}{{night.Pipeline, defaults(), 0}, {bad, badSettings(), 8}} {
+		m, err := faultmap.Analyze(tt.d, tt.s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Pipeline string                       `json:"pipeline"`
+			Settings map[string]json.RawMessage   `json:"settings"`
+			Steps    []map[string]json.RawMessage `json:"steps"`
+			Gaps     []map[string]string          `json:"gaps"`
+		}
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(b, []byte(`"gaps":[`)) {
+			t.Errorf("%s: gaps is not an array: %s", tt.d.Name, b)
+		}
+		if got.Pipeline != tt.d.Name || len(got.Steps) != len(tt.d.Steps) || len(got.Gaps) != tt.gaps {
+			t.Fatalf("%s: pipeline %q, %d steps, %d gaps: %s", tt.d.Name, got.Pipeline, len(got.Steps), len(got.Gaps), b)
+		}
+		for _, k := range []string{"retry_attempts", "loop_guard", "max_deliver", "approval_steps", "rate_limits"} {
+			if _, ok := got.Settings[k]; !ok {
+				t.Errorf("%s: settings have no %q", tt.d.Name, k)
+			}
+		}
+		stepKeys := []string{"n", "name", "kind", "leased", "fenced", "irreversible", "recovery", "checkpoints", "checkpoint",
+			"effects", "key", "memo", "compensation", "retry", "approval"}
+		for _, st := range got.Steps {
+			for _, k := range stepKeys {
+				if _, ok := st[k]; !ok {
+					t.Errorf("%s: step %s has no %q", tt.d.Name, st["name"], k)
+				}
+			}
+			var r map[string]json.RawMessage
+			if err := json.Unmarshal(st["retry"], &r); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{"tries_per_attempt", "try_backoff_ms", "attempts", "attempt_backoff_ms", "worst_case_calls",
+				"worst_case_ms", "crash_cap_calls", "peak_calls_per_second", "rate_limit", "rate_limit_per_second"} {
+				if _, ok := r[k]; !ok {
+					t.Errorf("%s: retry of step %s has no %q", tt.d.Name, st["name"], k)
+				}
+			}
+		}
+		for _, g := range got.Gaps {
+			if g["kind"] == "" || g["step"] == "" || g["detail"] == "" {
+				t.Errorf("%s: gap %v lacks a kind, step or detail", tt.d.Name, g)
+			}
+		}
+	}
+}

@@ -1,0 +1,149 @@
+package faultmap
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cairnhq/cairn/pkg/pipeline"
+)
+
+// WriteText writes the map for a person: the settings, a table per step, then the gaps
+// ("gaps: none" when there are none).
+func (m Map) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	s := m.Settings
+	fmt.Fprintf(tw, "pipeline %s, %d steps\n", m.Pipeline, len(m.Steps))
+	fmt.Fprintf(tw, "retries: %d tries per item, loop guard %d, max deliver %d; approval: %s; rate limits: %s\n",
+		s.RetryAttempts, s.LoopGuard, s.MaxDeliver, list(s.ApprovalSteps), rates(s.RateLimits))
+	for _, st := range m.Steps {
+		fmt.Fprintf(tw, "\n%d. %s\n", st.N, st.Name)
+		row := func(label, value string) { fmt.Fprintf(tw, "   %s\t%s\n", label, value) }
+		row("kind", kind(st))
+		row("checkpoint", or(st.Checkpoint, "none: nothing saved, it is redone whenever needed"))
+		row("outside effects", effectsText(st))
+		row("safe to repeat", safeText(st))
+		row("compensation", compensationText(st))
+		row("recovery", or(st.Recovery, "not stated"))
+		row("retries", retryText(st.Retry))
+		row("rate limit", rateText(st.Retry))
+		row("approval", approvalText(st.Approval))
+	}
+	if len(m.Gaps) == 0 {
+		fmt.Fprintln(tw, "\ngaps: none")
+	} else {
+		fmt.Fprintf(tw, "\ngaps: %d\n", len(m.Gaps))
+		for _, g := range m.Gaps {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", g.Step, g.Kind, g.Detail)
+		}
+	}
+	return tw.Flush()
+}
+
+func kind(st StepMap) string {
+	parts := []string{string(st.Kind)}
+	if st.Leased {
+		parts = append(parts, "leased")
+	} else {
+		parts = append(parts, "lease-free")
+	}
+	if st.Fenced {
+		parts = append(parts, "fenced")
+	}
+	if st.Irreversible {
+		parts = append(parts, "irreversible")
+	}
+	return strings.Join(parts, ", ")
+}
+
+// def is as much of the step's definition as the rules about effects read.
+func def(st StepMap) pipeline.Step {
+	return pipeline.Step{Kind: st.Kind, Effects: st.Effects, Irreversible: st.Irreversible}
+}
+
+func effectsText(st StepMap) string {
+	if !def(st).HasEffects() {
+		return "none"
+	}
+	return or(st.Effects, "not named")
+}
+
+func safeText(st StepMap) string {
+	switch {
+	case st.Kind == pipeline.ModelCall:
+		return or(st.Memo, "NOT MEMOISED")
+	case !def(st).HasEffects():
+		return "nothing to make safe (no outside effect)"
+	default:
+		return or(st.Key, "NO KEY")
+	}
+}
+
+func compensationText(st StepMap) string {
+	switch {
+	case st.Compensation != "":
+		return st.Compensation
+	case st.Kind == pipeline.ModelCall:
+		return "none needed (a model call changes nothing outside)"
+	case !def(st).Writes():
+		return "none needed (no outside effect)"
+	default:
+		return "NONE"
+	}
+}
+
+func retryText(r Retry) string {
+	per := "1 call per attempt"
+	if r.TriesPerAttempt > 1 {
+		per = fmt.Sprintf("%d tries per item (waits %s)", r.TriesPerAttempt, durations(r.TryBackoffMS))
+	}
+	return fmt.Sprintf("%s × %d attempts (waits %s): worst case %d calls of one item in %s, at most %d in one second; crashes included, at most %d per step event",
+		per, r.Attempts, durations(r.AttemptBackoffMS), r.WorstCalls, time.Duration(r.WorstMS)*time.Millisecond, r.PeakPerSecond, r.CrashCapCalls)
+}
+
+func approvalText(waits bool) string {
+	if waits {
+		return "waits for a person: plan, then send once approved"
+	}
+	return "no"
+}
+
+func rateText(r Retry) string {
+	if r.RateLimit == "" {
+		return "none declared"
+	}
+	verdict := "within it"
+	if float64(r.PeakPerSecond) > r.RateLimitPerSecond {
+		verdict = "EXCEEDED"
+	}
+	return fmt.Sprintf("%s = %g calls per second; retries peak at %d: %s", r.RateLimit, r.RateLimitPerSecond, r.PeakPerSecond, verdict)
+}
+
+func rates(r map[string]float64) string {
+	if len(r) == 0 {
+		return "none"
+	}
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(r)) {
+		out = append(out, fmt.Sprintf("%s=%g/s", k, r[k]))
+	}
+	return strings.Join(out, ", ")
+}
+
+func list(xs []string) string {
+	if len(xs) == 0 {
+		return "none"
+	}
+	return strings.Join(xs, ", ")
+}
+
+func or(s, otherwise string) string {
+	if s == "" {
+		return otherwise
+	}
+	return s
+}
