@@ -187,3 +187,31 @@ func (n *night) mailByKey(key string) string {
 	}
 	return string(b)
 }
+
+// Undo of a whole run: the ledger's net total for the run is zero, stock levels are back to
+// the night's before-levels, every message withdrawn, and the run undone.
+func TestUndoWholeRun(t *testing.T) {
+	n := newNight(t, 0)
+	n.start()
+	n.startRun()
+	n.waitStatus(runLimit, kc.Done)
+	if out, code := n.cli("undo", runID, "--wait"); code != 0 {
+		t.Fatalf("cairn undo exited %d:\n%s", code, out)
+	}
+	rec := n.undone(kc.Undone)
+	if rec.Undo.Total != 2*len(n.truth.Adjustments)+len(n.truth.DebitNotes)+1 || rec.Lease != nil {
+		t.Errorf("undo %+v, lease %+v", rec.Undo, rec.Lease)
+	}
+	if sum := n.scalar("ledger.db", `SELECT coalesce(sum(amount_paise), 0) FROM ledger_entries`); sum != 0 {
+		t.Errorf("the run's ledger total after the undo is %d, want 0", sum)
+	}
+	for _, l := range n.truth.StockLevelsBefore {
+		var q, v int64
+		if err := n.db("erp.db").QueryRow(`SELECT qty, value_paise FROM stock_levels WHERE warehouse = ? AND sku = ?`, warehouse, l.SKU).Scan(&q, &v); err != nil || q != l.Qty || v != l.ValuePaise {
+			t.Errorf("stock level %s: %d/%d (%v), want the night's before-level %d/%d", l.SKU, q, v, err, l.Qty, l.ValuePaise)
+		}
+	}
+	if !poll(runLimit, func() bool { return len(n.mailKeys()) == 2*(len(n.truth.DebitNotes)+1) }) {
+		t.Errorf("mail %v: want every message and its withdrawal", n.mailKeys())
+	}
+}
