@@ -139,6 +139,34 @@ var (
 	}}
 )
 
+var (
+	approveSpec = verbSpec{events.VerbApprove, "approve RUN [--by NAME] [--wait] | approve --where QUERY [--yes]", func(r *kc.Record) error {
+		if r.Status == kc.WaitingApproval || (r.Status == kc.Running && r.Approval != nil && r.Approval.By != nil) {
+			return nil
+		}
+		return fmt.Errorf("run %s is %s: it waits for no approval", r.RunID, r.Status)
+	}}
+	rejectSpec = verbSpec{events.VerbReject, "reject RUN | reject --where QUERY [--yes]", func(r *kc.Record) error {
+		if r.Status != kc.WaitingApproval {
+			return fmt.Errorf("run %s is %s: it waits for no approval", r.RunID, r.Status)
+		}
+		return nil
+	}}
+)
+
+// cmdApprove lets a run that waits on a plan go on; the plan is printed first.
+func cmdApprove(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("approve", flag.ContinueOnError)
+	by := fs.String("by", os.Getenv("USER"), "who approves (recorded in the checkpoint)")
+	return runVerb(ctx, fs, args, approveSpec, func() events.Command { return events.Command{By: *by} })
+}
+
+// cmdReject refuses a waiting plan: the run is undone.
+func cmdReject(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("reject", flag.ContinueOnError)
+	return runVerb(ctx, fs, args, rejectSpec, func() events.Command { return events.Command{} })
+}
+
 func cmdUndo(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("undo", flag.ContinueOnError)
 	supplier := fs.String("supplier", "", "undo only this supplier's entries, stock adjustments and debit note")

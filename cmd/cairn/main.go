@@ -19,11 +19,15 @@ commands:
   dev       run an embedded nats-server, init, and every service in one process
   gen       generate one night's data (invoices, ERP tables, ground truth)
   start     start a run (--wait to follow it until it is done)
+  runs      list every run: status, current step, age, restarts (--status S[,S], --step STEP, --json)
+  timeline  a run's timeline from the audit: each step's times, attempts and restarts, then the run's events (--json)
   status    print a run's checkpoint and its handover note (--json for the raw record)
   handovers list the runs handed to a person, with what stopped them
   resume    resume a handed-over or cancelled run (--after-fix once the cause is fixed)
   cancel    stop a run at the next step boundary (it can be resumed)
   rerun     run a run again from a step (--from STEP), keeping the earlier steps' outputs
+  approve   let a run that waits on a plan (CAIRN_APPROVAL_STEPS) go on (--by NAME)
+  reject    refuse a waiting plan: the run is undone
   undo      reverse a run's effects, newest first (--supplier ID or --step STEP for part of it)
             (resume, cancel, rerun and undo also act on every run matching --where 'status=…,step=…')
   faultmap  print how each step survives faults, and the gaps (exit 1 when there are any)
@@ -45,6 +49,7 @@ func main() {
 	cmds := map[string]func(context.Context, []string) error{
 		"init": cmdInit, "dev": cmdDev, "gen": cmdGen, "start": cmdStart, "status": cmdStatus, "demo": cmdDemo,
 		"handovers": cmdHandovers, "resume": cmdResume, "cancel": cmdCancel, "rerun": cmdRerun, "undo": cmdUndo, "faultmap": cmdFaultmap,
+		"runs": cmdRuns, "timeline": cmdTimeline, "approve": cmdApprove, "reject": cmdReject,
 	}
 	name := os.Args[1]
 	if name == "-h" || name == "--help" || name == "help" {

@@ -209,6 +209,16 @@ func printRecord(r *kc.Record, rev uint64) {
 	if r.Handover != nil {
 		fmt.Printf("handover   %s\n", *r.Handover)
 	}
+	if a := r.Approval; a != nil {
+		who := "not yet approved: cairn approve " + r.RunID + " or cairn reject " + r.RunID
+		if a.By != nil {
+			who = "approved by " + *a.By
+			if a.At != nil {
+				who += " at " + *a.At
+			}
+		}
+		fmt.Printf("approval   step %s, plan %s, %s\n", a.Step, a.PlanDigest, who)
+	}
 	fmt.Println("steps:")
 	for i, name := range r.Pipeline {
 		s := r.Step(name)

@@ -39,10 +39,18 @@ func (s debitNotesStep) message(a *runner.Attempt, kind, key, to, subject, body 
 	}
 }
 
-func (s debitNotesStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+// notePlan is what debit-notes will do: the notes that will stand, and the writes (the
+// withdrawals of notes that no longer stand, then the new notes) in order.
+type notePlan struct {
+	notes  []recon.DebitNote
+	rows   rowPlan[outbox.Message]
+	writes []outbox.Message
+}
+
+func (s debitNotesStep) plan(ctx context.Context, a *runner.Attempt) (notePlan, error) {
 	adjs, err := adjustments(ctx, a)
 	if err != nil {
-		return nil, err
+		return notePlan{}, err
 	}
 	notes := recon.DebitNotes(adjs)
 	desired := make([]outbox.Message, len(notes))
@@ -53,21 +61,54 @@ func (s debitNotesStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Res
 	}
 	var existing []outbox.Message
 	if a.Generation > 0 {
-		var err error
 		if existing, err = s.standingNotes(ctx, a); err != nil {
-			return nil, err
+			return notePlan{}, err
 		}
 	}
 	p := planRows(a.Generation, desired, existing, s.noteOps(a))
-	writes := append(slices.Clip(p.reverse), p.write...)
+	return notePlan{notes: notes, rows: p, writes: append(slices.Clip(p.reverse), p.write...)}, nil
+}
+
+// plannedMessage is a message as a person approves it: what goes to whom, not when or by
+// which attempt.
+type plannedMessage struct {
+	Key      string   `json:"key"`
+	Kind     string   `json:"kind"`
+	To       []string `json:"to"`
+	Subject  string   `json:"subject"`
+	Body     string   `json:"body"`
+	Reverses string   `json:"reverses,omitempty"`
+}
+
+// Plan is the messages debit-notes will queue, for a person to approve.
+func (s debitNotesStep) Plan(ctx context.Context, a *runner.Attempt) ([]byte, error) {
+	p, err := s.plan(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]plannedMessage, len(p.writes))
+	for i, m := range p.writes {
+		out[i] = plannedMessage{Key: m.Key, Kind: m.Kind, To: m.To, Subject: m.Subject, Body: m.Body, Reverses: m.Reverses}
+	}
+	return output(struct {
+		Messages []plannedMessage `json:"messages"`
+	}{out})
+}
+
+func (s debitNotesStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+	p, err := s.plan(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	writes := p.writes
 	if err := keyed(ctx, a, mailEffects(a, writes, s.noteOps(a)), func(i int) error { return outbox.Queue(ctx, a.JS(), writes[i]) }); err != nil {
 		return nil, err
 	}
-	out := noteOutput{Notes: make([]queuedNote, len(p.stand))}
-	for i, m := range p.stand {
-		out.Notes[i] = queuedNote{SupplierID: notes[i].SupplierID, TotalPaise: notes[i].TotalPaise, Key: m.Key}
+	out := noteOutput{Notes: make([]queuedNote, len(p.rows.stand))}
+	for i, m := range p.rows.stand {
+		out.Notes[i] = queuedNote{SupplierID: p.notes[i].SupplierID, TotalPaise: p.notes[i].TotalPaise, Key: m.Key}
 	}
-	for _, w := range p.reverse {
+	for _, w := range p.rows.reverse {
 		out.Withdrawn = append(out.Withdrawn, w.Key)
 	}
 	return result(out, len(writes), "send the report of "+a.RunID)

@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
+
+	"github.com/cairnhq/cairn/internal/night"
 )
 
 // Config is read from the environment (prefix CAIRN_), only in mains.
@@ -108,6 +111,14 @@ func (c Config) Validate() error {
 	}
 	if c.ReassignLimit < 1 {
 		bad("CAIRN_REASSIGN_LIMIT must be at least 1, not %d", c.ReassignLimit)
+	}
+	for _, s := range c.ApprovalSteps {
+		if !slices.Contains(night.Pipeline.Names(), s) {
+			bad("CAIRN_APPROVAL_STEPS names %q, which is not a step of the pipeline %v", s, night.Pipeline.Names())
+		}
+	}
+	if c.ApprovalTimeout <= 0 {
+		bad("CAIRN_APPROVAL_TIMEOUT must be positive, not %s", c.ApprovalTimeout)
 	}
 	if c.StopGrace <= 0 {
 		bad("CAIRN_STOP_GRACE must be positive, not %s", c.StopGrace)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -144,8 +145,12 @@ func (d *Deps) RunStep(ctx context.Context, env *night.Env, step string) error {
 		RetryAttempts: d.Config.RetryAttempts, LoopGuard: d.Config.LoopGuard, ParkLimit: d.Config.ParkLimit,
 		MaxDeliver: d.Config.MaxDeliver, Faults: d.Faults, Now: d.Now, Logger: d.Logger.With(slog.String("service", step)),
 		Finishing: d.settle, StopGrace: d.Config.StopGrace, Metrics: d.Metrics,
+		Approval: slices.Contains(d.Config.ApprovalSteps, step),
 	})
 	if err != nil {
+		if slices.Contains(d.Config.ApprovalSteps, step) {
+			return fmt.Errorf("CAIRN_APPROVAL_STEPS: %w", err)
+		}
 		return err
 	}
 	return r.Run(ctx)
@@ -173,7 +178,7 @@ func (d *Deps) RunCompensator(ctx context.Context, env *night.Env) error {
 func (d *Deps) RunSupervisor(ctx context.Context) error {
 	s, err := supervisor.New(supervisor.Config{
 		JS: d.JS, Store: d.Store, Marks: d.Marks, Handovers: d.Handovers, Pipeline: night.Pipeline, Lease: d.Config.Lease,
-		TakeoverGap: d.Config.TakeoverGap, Heartbeat: d.Config.Heartbeat, StallTimeout: d.Config.StallTimeout, ReassignLimit: d.Config.ReassignLimit,
+		TakeoverGap: d.Config.TakeoverGap, Heartbeat: d.Config.Heartbeat, StallTimeout: d.Config.StallTimeout, ApprovalTimeout: d.Config.ApprovalTimeout, ReassignLimit: d.Config.ReassignLimit,
 		Now: d.Now, Logger: d.Logger.With(slog.String("service", "supervisor")), Metrics: d.Metrics,
 	})
 	if err != nil {

@@ -128,6 +128,11 @@ func (r *Runner) hold(ctx context.Context, m jetstream.Msg, a *Attempt, h *kc.Ho
 			return r.fail(ctx, a, h, fmt.Errorf("raising fences: %w", err))
 		}
 	}
+	if r.cfg.Approval {
+		if settle, wait := r.approvalGate(ctx, a, h); wait {
+			return settle
+		}
+	}
 	// 6-8. Run with a heartbeat, then verify.
 	res, err := r.runWithHeartbeat(ctx, m, a, h)
 	if err == nil {

@@ -51,6 +51,8 @@ type Config struct {
 	// stopped: lease released, message handed back with a delay. Default 10s.
 	StopGrace time.Duration
 	Metrics   *metrics.Metrics // default: metrics of its own, not served
+	// Approval makes the step wait for a person before it runs (the step must be a Planner).
+	Approval bool
 
 	Faults *faults.Set
 	Now    func() time.Time
@@ -92,6 +94,9 @@ func (c Config) validate() error {
 	}
 	if c.Step == nil {
 		errs = append(errs, fmt.Errorf("step %q has no implementation", c.StepName))
+	}
+	if _, ok := c.Step.(Planner); c.Approval && !ok {
+		errs = append(errs, fmt.Errorf("step %q cannot wait for approval: it cannot plan", c.StepName))
 	}
 	if c.Lease < 3*c.Heartbeat {
 		errs = append(errs, fmt.Errorf("the lease (%s) must be at least 3 heartbeats (%s)", c.Lease, c.Heartbeat))

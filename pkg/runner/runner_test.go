@@ -48,7 +48,9 @@ func TestRunsEveryStepInOrder(t *testing.T) {
 	if rec.Lease != nil || rec.Restarts != 0 {
 		t.Errorf("lease %+v, restarts %d", rec.Lease, rec.Restarts)
 	}
-	as := f.audit(t, "r1")
+	// The last step's audit events are stored just after its commit, before its ack.
+	var as []events.Audit
+	waitFor(t, func() bool { as = f.audit(t, "r1"); return count(as, "step.verified", "three") == 1 })
 	for _, s := range toy.Names() {
 		if count(as, "step.verified", s) != 1 {
 			t.Errorf("step %s verified %d times in the timeline, want 1", s, count(as, "step.verified", s))

@@ -32,6 +32,13 @@ type SourceChecker interface {
 	CheckSource(ctx context.Context, a *Attempt, fingerprint string) (changed []string, err error)
 }
 
+// Planner is a step that can wait for a person (CAIRN_APPROVAL_STEPS): Plan computes exactly
+// what Run will do, with no effect. The plan is stored, the run waits for approval, and Run
+// runs only while a fresh Plan still has the approved plan's digest.
+type Planner interface {
+	Plan(ctx context.Context, a *Attempt) ([]byte, error)
+}
+
 // Versioner is a step whose output depends on versions besides the code's (a prompt, a
 // schema, a model). The versions are written into the record when the lease is taken, so a
 // restart under other versions is recorded as an explicit version change.

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,10 @@ func (s *Supervisor) apply(ctx context.Context, ev events.Event) error {
 		return s.resume(ctx, ev)
 	case events.TypeRunRerun:
 		return s.rerun(ctx, ev)
+	case events.TypeRunApprove:
+		return s.approve(ctx, ev)
+	case events.TypeRunReject:
+		return s.rejectRun(ctx, ev)
 	default:
 		return reject("command %s is not supported by this version of Cairn", ev.Type)
 	}
@@ -262,4 +267,96 @@ func (s *Supervisor) rerun(ctx context.Context, ev events.Event) error {
 	s.record(ctx, events.AuditStepID(ev.Subject, "run", "rerun", rev), events.Audit{RunID: ev.Subject, Event: "run.rerun", Step: c.From,
 		Detail: fmt.Sprintf("rerun from %s as generation %d", c.From, rec.Generation)})
 	return s.publish(ctx, ev.Subject, c.From, rec.Generation, rev)
+}
+
+// approve lets a run that waits on a plan go on: approval.by and .at are set and the run is
+// running again, then the step's event is published. An approval of a step approved but
+// not yet verified publishes the event again (a crash between the two is healed by
+// approving again); anything else changes nothing, and is audited.
+func (s *Supervisor) approve(ctx context.Context, ev events.Event) error {
+	c, err := s.command(ev)
+	if err != nil {
+		return err
+	}
+	by := cmp.Or(c.By, ev.Source)
+	var again bool
+	rec, rev, err := s.cfg.Store.Mutate(ctx, ev.Subject, func(r *kc.Record) error {
+		ap := r.Approval
+		switch {
+		case r.Status == kc.WaitingApproval && ap != nil && ap.By == nil:
+			at := s.stamp()
+			ap.By, ap.At = &by, &at
+			r.Status = kc.Running
+			r.AddRequest(ev.ID)
+			r.NextAction = fmt.Sprintf("send the approved plan of %s (%s)", ap.Step, ap.PlanDigest)
+			return nil
+		case r.Status == kc.Running && ap != nil && ap.By != nil && r.Step(ap.Step).Status != kc.Verified && r.Lease == nil:
+			again = true
+			r.AddRequest(ev.ID)
+			return nil
+		}
+		return kc.ErrSkip
+	})
+	if errors.Is(err, kc.ErrNotFound) {
+		return reject("approve: run %s does not exist", ev.Subject)
+	}
+	if errors.Is(err, kc.ErrSkip) {
+		detail := fmt.Sprintf("nothing to approve: the run is %s", rec.Status)
+		s.record(ctx, events.AuditStepID(ev.Subject, "run", "approve.ignored", rev), events.Audit{RunID: ev.Subject, Event: "approve.ignored", Detail: detail})
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	step := rec.Approval.Step
+	event := "approved"
+	if again {
+		event = "approved.again"
+	}
+	s.record(ctx, events.AuditStepID(ev.Subject, step, event, rev), events.Audit{RunID: ev.Subject, Step: step, Event: event, Detail: "by " + by + ", plan " + rec.Approval.PlanDigest})
+	return s.publish(ctx, ev.Subject, step, rec.Generation, rev)
+}
+
+// rejectRun refuses a waiting plan: the run is cancelled and undone (the compensator takes
+// it from there).
+func (s *Supervisor) rejectRun(ctx context.Context, ev events.Event) error {
+	c, err := s.command(ev)
+	if err != nil {
+		return err
+	}
+	rec, rev, err := s.cfg.Store.Mutate(ctx, ev.Subject, func(r *kc.Record) error {
+		if r.HasRequest(ev.ID) {
+			return kc.ErrSkip
+		}
+		if r.Status != kc.WaitingApproval {
+			return reject("reject of %s: the run is %s, not waiting for approval", r.RunID, r.Status)
+		}
+		r.AddRequest(ev.ID)
+		r.Status = kc.Cancelled
+		r.NextAction = "rejected: undoing the run"
+		return nil
+	})
+	if errors.Is(err, kc.ErrNotFound) {
+		return reject("reject: run %s does not exist", ev.Subject)
+	}
+	if err != nil && !errors.Is(err, kc.ErrSkip) {
+		return err
+	}
+	if err == nil {
+		s.record(ctx, events.AuditStepID(ev.Subject, "run", "rejected", rev), events.Audit{RunID: ev.Subject, Event: "run.rejected", Detail: "plan " + rec.Approval.PlanDigest})
+	}
+	// The undo, under the reject's own request id, so a replayed reject asks once.
+	u := events.Command{RequestID: cmp.Or(c.RequestID, ev.ID) + ":undo"}
+	e, err := events.New(u.RequestID, events.TypeRunUndo, source, ev.Subject, s.cfg.Now(), u)
+	if err != nil {
+		return err
+	}
+	m, err := events.Encode(events.RunSubject(ev.Subject, events.VerbUndo), e)
+	if err != nil {
+		return err
+	}
+	if _, err := s.cfg.JS.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("asking for the undo of %s: %w", ev.Subject, err)
+	}
+	return nil
 }

@@ -4,7 +4,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
@@ -305,4 +309,83 @@ func TestRerunFromAStep(t *testing.T) {
 	if _, rev2 := f.load(t, "r1"); rev2 != rev {
 		t.Fatalf("a refused rerun wrote revision %d", rev2)
 	}
+}
+
+// waiting writes a run that waits for the approval of step c's plan.
+func (f *fixture) waiting(t *testing.T, runID string) {
+	t.Helper()
+	f.create(t, runID, func(r *kc.Record) {
+		tok := uint64(3)
+		for _, name := range []string{"a", "b"} {
+			r.Step(name).Status = kc.Verified
+			r.Step(name).Token = &tok
+		}
+		r.Status = kc.WaitingApproval
+		r.Approval = &kc.Approval{Step: "c", PlanDigest: "SHA-256=plan"}
+	})
+}
+
+func TestApproveLetsTheWaitingStepGoOn(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+	f.waiting(t, "r1")
+	f.command(t, s, events.RunSubject("r1", events.VerbApprove), `{"by":"asha"}`)
+	rec, rev := f.load(t, "r1")
+	if rec.Status != kc.Running || rec.Approval.By == nil || *rec.Approval.By != "asha" || rec.Approval.At == nil || rec.Approval.PlanDigest != "SHA-256=plan" {
+		t.Fatalf("after approve: status %s, approval %+v", rec.Status, rec.Approval)
+	}
+	stepEvent(t, f.published(t), "r1", "c", rev, 0)
+
+	// Approving again before the step is verified publishes its event again.
+	f.command(t, s, events.RunSubject("r1", events.VerbApprove), `{"by":"asha"}`)
+	_, rev2 := f.load(t, "r1")
+	stepEvent(t, f.published(t), "r1", "c", rev2, 0)
+	if ids := f.auditIDs(t, "r1", "approved.again"); len(ids) != 1 {
+		t.Fatalf("approved.again audit events %v", ids)
+	}
+	f.settled(t)
+}
+
+func TestRejectCancelsAndAsksForTheUndo(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+	f.waiting(t, "r1")
+	f.command(t, s, events.RunSubject("r1", events.VerbReject), `{"request_id":"rej-1"}`)
+	rec, _ := f.load(t, "r1")
+	if rec.Status != kc.Cancelled {
+		t.Fatalf("after reject: status %s", rec.Status)
+	}
+	st, err := f.js.Stream(f.ctx, assets.StreamRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := st.GetLastMsgForSubject(f.ctx, events.RunSubject("r1", events.VerbUndo))
+	if err != nil {
+		t.Fatalf("no undo command: %v", err)
+	}
+	ev, err := events.Decode(&nats.Msg{Subject: raw.Subject, Header: raw.Header, Data: raw.Data})
+	if err != nil || ev.ID != "rej-1:undo" || ev.Type != events.TypeRunUndo {
+		t.Fatalf("undo command %+v (%v), want one under rej-1:undo", ev, err)
+	}
+	f.nonePublished(t)
+	// A reject of a run that waits for nothing is refused.
+	f.command(t, s, events.RunSubject("r1", events.VerbReject), ``)
+	if rej := f.rejections(t); len(rej) != 1 || !strings.Contains(rej[0].data.Reason, "not waiting") {
+		t.Fatalf("rejections %+v", rej)
+	}
+}
+
+func TestApprovalTimeoutHandsOver(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+	f.waiting(t, "r1")
+	f.observeAll(t, s)
+	f.clock.Advance(24*time.Hour - time.Second)
+	s.SweepOnce(f.ctx, false)
+	if rec, _ := f.load(t, "r1"); rec.Status != kc.WaitingApproval {
+		t.Fatalf("status %s before the approval timeout", rec.Status)
+	}
+	f.clock.Advance(time.Second)
+	s.SweepOnce(f.ctx, false)
+	f.handedOver(t, "r1", "c", "CAIRN_APPROVAL_TIMEOUT")
 }

@@ -18,9 +18,10 @@ import (
 
 // Handover reasons, the label of cairn_handovers_total.
 const (
-	reasonStall         = "stall"
-	reasonReassignLimit = "reassign_limit"
-	reasonMaxDeliveries = "max_deliveries"
+	reasonStall           = "stall"
+	reasonReassignLimit   = "reassign_limit"
+	reasonMaxDeliveries   = "max_deliveries"
+	reasonApprovalTimeout = "approval_timeout"
 )
 
 // handOver stops a run the supervisor gave up on: the note first, then the record (status
@@ -32,7 +33,7 @@ func (s *Supervisor) handOver(ctx context.Context, runID, step, reason string, c
 	if err != nil {
 		return err
 	}
-	if (rec.Status != kc.Running && rec.Status != kc.Finishing) || (only != nil && !only(rec)) {
+	if !handable(rec.Status) || (only != nil && !only(rec)) {
 		return nil
 	}
 	note := runner.HandoverNote{
@@ -53,7 +54,7 @@ func (s *Supervisor) handOver(ctx context.Context, runID, step, reason string, c
 		return fmt.Errorf("writing handover note %q: %w", note.ID, err)
 	}
 	_, rev, err := s.cfg.Store.MutateFrom(ctx, rec, rev0, runID, func(r *kc.Record) error {
-		if (r.Status != kc.Running && r.Status != kc.Finishing) || (only != nil && !only(r)) {
+		if !handable(r.Status) || (only != nil && !only(r)) {
 			return kc.ErrSkip
 		}
 		r.Status = kc.HandedOver
@@ -78,6 +79,11 @@ func (s *Supervisor) handOver(ctx context.Context, runID, step, reason string, c
 	s.record(ctx, events.AuditStepID(runID, cmpStep(step), "handover", rev), events.Audit{RunID: runID, Step: step, Event: "handover", Detail: cut(cause.Error(), 512)})
 	s.log.Error("run handed over", slog.String("run_id", runID), slog.String("step", step), slog.String("reason", reason), slog.Any("error", cause))
 	return nil
+}
+
+// handable: a run the supervisor may hand over.
+func handable(s kc.Status) bool {
+	return s == kc.Running || s == kc.Finishing || s == kc.WaitingApproval
 }
 
 func cmpStep(step string) string {

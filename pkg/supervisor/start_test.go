@@ -189,7 +189,7 @@ func TestStartWithoutRunIDNamesTheRunByDateAndWarehouse(t *testing.T) {
 	}
 }
 
-func TestUnsupportedCommandIsRejected(t *testing.T) {
+func TestApproveOfARunWaitingForNothingIsAudited(t *testing.T) {
 	f := setup(t)
 	s := f.supervisor(t)
 	f.command(t, s, events.RunStartSubject, startR1)
@@ -200,10 +200,10 @@ func TestUnsupportedCommandIsRejected(t *testing.T) {
 	if _, rev2 := f.load(t, "r1"); rev2 != rev {
 		t.Fatalf("approve wrote revision %d", rev2)
 	}
-	rej := f.rejections(t)
-	if len(rej) != 1 || !strings.Contains(rej[0].data.Reason, "not supported") || rej[0].event.Subject != "r1" {
-		t.Fatalf("rejections %+v, want one for approve naming r1", rej)
+	if ids := f.auditIDs(t, "r1", "approve.ignored"); len(ids) != 1 {
+		t.Fatalf("approve.ignored audit events %v", ids)
 	}
+	f.nonePublished(t)
 	f.settled(t)
 }
 

@@ -39,9 +39,11 @@ type Config struct {
 	StallTimeout time.Duration
 	// ReassignLimit hands over a run instead of reassigning its step once more; default 5.
 	ReassignLimit int
-	Now           func() time.Time
-	Logger        *slog.Logger
-	Metrics       *metrics.Metrics // default: metrics of its own, not served
+	// ApprovalTimeout hands over a run that waited for approval this long; default 24h.
+	ApprovalTimeout time.Duration
+	Now             func() time.Time
+	Logger          *slog.Logger
+	Metrics         *metrics.Metrics // default: metrics of its own, not served
 }
 
 // Supervisor consumes the control durable and sweeps the checkpoints.
@@ -84,6 +86,7 @@ func New(c Config) (*Supervisor, error) {
 	c.Sweep = cmp.Or(c.Sweep, time.Second)
 	c.StallTimeout = cmp.Or(c.StallTimeout, 10*time.Minute)
 	c.ReassignLimit = cmp.Or(c.ReassignLimit, 5)
+	c.ApprovalTimeout = cmp.Or(c.ApprovalTimeout, 24*time.Hour)
 	if c.Metrics == nil {
 		c.Metrics = metrics.New()
 	}

@@ -53,9 +53,10 @@ func (s *Supervisor) SweepOnce(ctx context.Context, startup bool) {
 	s.mu.Lock()
 	var live []watched
 	for id, w := range s.runs {
-		if w.rec.Status == kc.Running || w.rec.Status == kc.Finishing || w.rec.Status == kc.Undoing {
+		switch w.rec.Status {
+		case kc.Running, kc.Finishing, kc.Undoing, kc.WaitingApproval:
 			live = append(live, w)
-		} else {
+		default:
 			delete(s.seen, id)
 		}
 	}
@@ -63,6 +64,16 @@ func (s *Supervisor) SweepOnce(ctx context.Context, startup bool) {
 	for _, w := range live {
 		if ctx.Err() != nil {
 			return
+		}
+		if now := s.cfg.Now(); w.rec.Status == kc.WaitingApproval {
+			if now.Sub(w.since) >= s.cfg.ApprovalTimeout {
+				cause := fmt.Errorf("no one approved or rejected the plan of %s for %s (CAIRN_APPROVAL_TIMEOUT)", w.rec.Approval.Step, s.cfg.ApprovalTimeout)
+				unchanged := func(r *kc.Record) bool { return progress(r) == w.progress }
+				if err := s.handOver(ctx, w.rec.RunID, w.rec.Approval.Step, reasonApprovalTimeout, cause, unchanged); err != nil {
+					s.log.Warn("handing over an unanswered approval", slog.String("run_id", w.rec.RunID), slog.Any("error", err))
+				}
+			}
+			continue
 		}
 		if now := s.cfg.Now(); w.rec.Status != kc.Undoing && now.Sub(w.since) >= s.cfg.StallTimeout {
 			cause := fmt.Errorf("no progress for %s (CAIRN_STALL_TIMEOUT %s): status %s, waiting on %s", now.Sub(w.since).Round(time.Second), s.cfg.StallTimeout, w.rec.Status, cmpStep(w.rec.Current()))
