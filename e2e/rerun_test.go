@@ -3,10 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cairnhq/cairn/internal/books"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -101,4 +103,34 @@ func (n *night) waitRunStatus(run string, status kc.Status) {
 		}
 	}
 	n.t.Fatalf("run %s not %s within %s", run, status, runLimit)
+}
+
+// A fence of another epoch (the NATS storage was replaced while the ledger stayed) hands the
+// run over; after a person checked, cairn fences adopt moves it over and a resume finishes.
+func TestForeignEpochAdopted(t *testing.T) {
+	n := newNight(t, 0)
+	db, err := books.Open(context.Background(), "sqlite:"+filepath.Join(n.dir, "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	n.start()
+	if _, err := n.db("ledger.db").Exec(`INSERT INTO fences(run_id, epoch, token) VALUES (?, 'lost-storage', 99999)`, runID); err != nil {
+		t.Fatal(err)
+	}
+	n.startRun()
+	rec := n.waitStatus(runLimit, kc.HandedOver, kc.Done)
+	if rec.Status != kc.HandedOver || rec.Step("post-ledger").LastError == nil || !strings.Contains(*rec.Step("post-ledger").LastError, "foreign epoch") {
+		t.Fatalf("status %s, post-ledger %+v; want handed over for a foreign epoch", rec.Status, rec.Step("post-ledger"))
+	}
+	if rows := n.scalar("ledger.db", `SELECT count(*) FROM ledger_entries`); rows != 0 {
+		t.Fatalf("%d ledger rows written under a foreign fence", rows)
+	}
+	if out, code := n.cli("fences", "adopt", runID); code != 0 || !strings.Contains(out, "next: cairn resume") {
+		t.Fatalf("cairn fences adopt (exit %d):\n%s", code, out)
+	}
+	if out, code := n.cli("resume", runID, "--wait"); code != 0 {
+		t.Fatalf("cairn resume (exit %d):\n%s", code, out)
+	}
+	n.assertTruth()
 }

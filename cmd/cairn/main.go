@@ -30,6 +30,7 @@ commands:
   reject    refuse a waiting plan: the run is undone
   undo      reverse a run's effects, newest first (--supplier ID or --step STEP for part of it)
             (resume, cancel, rerun and undo also act on every run matching --where 'status=…,step=…')
+  fences    fences adopt RUN: move a run's fences to this NATS storage's epoch, after a person checked it
   diff      compare two runs step by step, outputs and effects (a shadow run with a real one)
   faultmap  print how each step survives faults, and the gaps (exit 1 when there are any)
   demo      run the reference night with a real crash at entry 24 of post-ledger, and resume it
@@ -50,7 +51,7 @@ func main() {
 	cmds := map[string]func(context.Context, []string) error{
 		"init": cmdInit, "dev": cmdDev, "gen": cmdGen, "start": cmdStart, "status": cmdStatus, "demo": cmdDemo,
 		"handovers": cmdHandovers, "resume": cmdResume, "cancel": cmdCancel, "rerun": cmdRerun, "undo": cmdUndo, "faultmap": cmdFaultmap,
-		"runs": cmdRuns, "timeline": cmdTimeline, "approve": cmdApprove, "reject": cmdReject, "diff": cmdDiff,
+		"runs": cmdRuns, "timeline": cmdTimeline, "approve": cmdApprove, "reject": cmdReject, "diff": cmdDiff, "fences": cmdFences,
 	}
 	name := os.Args[1]
 	if name == "-h" || name == "--help" || name == "help" {

@@ -39,6 +39,15 @@ type Ledger struct {
 	t  tables
 }
 
+// AdoptFence moves the run's fence to t's epoch and token (`cairn fences adopt RUN`, after a
+// person checked a run handed over for a foreign epoch).
+func (l *Ledger) AdoptFence(ctx context.Context, t fence.Token) error {
+	if err := fence.Adopt(ctx, l.db.sql, l.db.dialect, l.t.fences, t); err != nil {
+		return fmt.Errorf("adopting ledger fence: %w", err)
+	}
+	return nil
+}
+
 // RaiseFence raises the ledger database's fence to t, outside any write:
 // call it right after taking a lease.
 func (l *Ledger) RaiseFence(ctx context.Context, t fence.Token) error {

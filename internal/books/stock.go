@@ -36,6 +36,14 @@ type Stock struct {
 	t  tables
 }
 
+// AdoptFence moves the run's fence to t's epoch and token, as Ledger.AdoptFence.
+func (s *Stock) AdoptFence(ctx context.Context, t fence.Token) error {
+	if err := fence.Adopt(ctx, s.db.sql, s.db.dialect, s.t.fences, t); err != nil {
+		return fmt.Errorf("adopting stock fence: %w", err)
+	}
+	return nil
+}
+
 // RaiseFence raises the stock database's fence to t, outside any write:
 // call it right after taking a lease.
 func (s *Stock) RaiseFence(ctx context.Context, t fence.Token) error {
