@@ -205,6 +205,8 @@ func (d *Deps) RunOutboxSender(ctx context.Context) error {
 		Dropped: func(ctx context.Context, m outbox.Message, reason string) {
 			d.Metrics.Outbox.WithLabelValues("dropped").Inc()
 			log.Warn("outbox message dropped", slog.String("run_id", m.RunID), slog.String("key", m.Key), slog.String("reason", reason))
+			_ = rej.Record(ctx, events.AuditItemID(m.RunID, m.Step, "outbox.dropped", m.Token, m.Key, 0),
+				events.Audit{RunID: m.RunID, Step: m.Step, Event: "outbox.dropped", Token: m.Token, Item: m.Key, Detail: reason})
 		},
 		Rejected: func(ctx context.Context, m jetstream.Msg, reason error) {
 			d.Metrics.Outbox.WithLabelValues("rejected").Inc()

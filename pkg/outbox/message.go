@@ -87,14 +87,21 @@ func badKeyRune(r rune) bool {
 	return unicode.IsSpace(r) || unicode.IsControl(r) || r == '<' || r == '>'
 }
 
+// EventID is the id (and Nats-Msg-Id) a message is queued under: its key and the token of
+// the attempt that queued it. A repeat by the same attempt is a duplicate the stream drops;
+// a restart's copy (a higher token) is stored beside the dead attempt's, so the sender,
+// which drops a copy whose token is below the one its step committed with, still finds the
+// restart's copy to send. The mark, keyed by the message key, sends it once.
+func EventID(m Message) string { return fmt.Sprintf("%s:t%d", m.Key, m.Token) }
+
 // Queue publishes m as a CloudEvent (TypeOutbox, source "/cairn/<m.Step>") on
-// events.OutboxSubject(m.RunID, m.Kind) with Nats-Msg-Id = m.Key, and waits for the
+// events.OutboxSubject(m.RunID, m.Kind) with Nats-Msg-Id = EventID(m), and waits for the
 // PubAck. A duplicate ack is success: the message is already queued.
 func Queue(ctx context.Context, js jetstream.JetStream, m Message) error {
 	if err := m.validate(); err != nil {
 		return err
 	}
-	e, err := events.New(m.Key, events.TypeOutbox, "/cairn/"+m.Step, m.RunID, m.QueuedAt, m)
+	e, err := events.New(EventID(m), events.TypeOutbox, "/cairn/"+m.Step, m.RunID, m.QueuedAt, m)
 	if err != nil {
 		return fmt.Errorf("building outbox event %q: %w", m.Key, err)
 	}
@@ -102,7 +109,7 @@ func Queue(ctx context.Context, js jetstream.JetStream, m Message) error {
 	if err != nil {
 		return fmt.Errorf("encoding outbox event %q: %w", m.Key, err)
 	}
-	if _, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(m.Key)); err != nil {
+	if _, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(EventID(m))); err != nil {
 		return fmt.Errorf("queueing outbox message %q: %w", m.Key, err)
 	}
 	return nil

@@ -12,6 +12,24 @@ import (
 	"github.com/cairnhq/cairn/pkg/outbox"
 )
 
+// A restart's copy of a message (the same key under a higher token) is stored beside the dead
+// attempt's, so the sender finds the copy of the attempt that committed.
+func TestQueueRestartCopyIsStored(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	m := message("run-2026-10-13-ldh", "debit", "run-2026-10-13-ldh:debit:SUP-07")
+	again := m
+	again.Token = m.Token + 5
+	f.queue(t, m, again, again)
+	info, err := f.stream.Info(testContext(t))
+	if err != nil {
+		t.Fatalf("stream info: %v", err)
+	}
+	if info.State.Msgs != 2 {
+		t.Fatalf("stream holds %d messages, want the dead attempt's and the restart's", info.State.Msgs)
+	}
+}
+
 func TestQueueTwiceSameKeyStoresOneMessage(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -33,8 +51,8 @@ func TestQueueTwiceSameKeyStoresOneMessage(t *testing.T) {
 	if want := events.OutboxSubject(m.RunID, m.Kind); raw.Subject != want {
 		t.Errorf("subject = %q, want %q", raw.Subject, want)
 	}
-	if got := raw.Header.Get(jetstream.MsgIDHeader); got != m.Key {
-		t.Errorf("Nats-Msg-Id = %q, want the key %q", got, m.Key)
+	if got := raw.Header.Get(jetstream.MsgIDHeader); got != m.Key+":t1876" || got != outbox.EventID(m) {
+		t.Errorf("Nats-Msg-Id = %q, want the key and the token, %q", got, outbox.EventID(m))
 	}
 	if got := raw.Header.Get("ce-type"); got != events.TypeOutbox {
 		t.Errorf("ce-type = %q, want %q", got, events.TypeOutbox)

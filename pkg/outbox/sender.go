@@ -272,7 +272,7 @@ func decode(msg jetstream.Msg) (Message, error) {
 	if err := m.validate(); err != nil {
 		return Message{}, err
 	}
-	if e.ID != m.Key || e.Subject != m.RunID {
+	if e.ID != EventID(m) || e.Subject != m.RunID {
 		return Message{}, fmt.Errorf("%w: event %q of run %q carries message %q of run %q", ErrInvalid, e.ID, e.Subject, m.Key, m.RunID)
 	}
 	if want := events.OutboxSubject(m.RunID, m.Kind); msg.Subject() != want {
