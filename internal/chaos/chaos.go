@@ -1,0 +1,390 @@
+// Package chaos crashes the reference night at every step boundary and at sampled writes,
+// restarts it, and compares each night with an uninterrupted one (`cairn chaos`).
+//
+// Each night runs in a folder of its own: the generator's data, a `cairn dev` child process
+// with a fault that exits it, the start, the restart, and the outcome: every ledger row,
+// stock adjustment and stock level, the outbox keys, every mail (its Date header aside), the
+// report's output, and the extractor calls and document reads of the timeline.
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/internal/devproc"
+	"github.com/cairnhq/cairn/internal/recon"
+	"github.com/cairnhq/cairn/pkg/artifacts"
+	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/events"
+	"github.com/cairnhq/cairn/pkg/faults"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/supervisor"
+
+	_ "modernc.org/sqlite"
+)
+
+// The reference night.
+const (
+	Warehouse = "ldh"
+	Date      = "2026-10-13"
+	RunID     = "run-2026-10-13-ldh"
+)
+
+// Outcome is everything a finished night left that a crash must not change.
+type Outcome struct {
+	Ledger, Stock, Levels []string
+	Outbox                []string // outbox keys, sorted, repeats kept
+	Mail                  []string // every .eml: its name, then the message without its Date header
+	Report                string
+	ExtractorCalls        int
+	DocumentReads         int
+}
+
+// Result is one crash night against the reference.
+type Result struct {
+	Fault       string        `json:"fault"`
+	Fired       bool          `json:"fired"`
+	Resumed     []string      `json:"resumed"` // the steps the restart ran
+	Duplicates  int           `json:"duplicates"`
+	Differences []string      `json:"differences"`
+	ExtraCalls  int           `json:"extra_extractor_calls"`
+	Took        time.Duration `json:"took_ns"`
+}
+
+// Night runs the reference night in dir (emptied first) with bin as `cairn dev`.
+type Night struct {
+	Bin   string
+	Dir   string
+	Truth recon.Truth
+	url   string
+}
+
+// Prepare generates the night's data in a fresh dir.
+func Prepare(ctx context.Context, bin, dir string) (*Night, error) {
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
+	truth, err := recon.Generate(ctx, recon.GenConfig{Warehouse: Warehouse, Date: Date, Invoices: 312, Mismatches: 40, Seed: 1,
+		InboxDir: filepath.Join(dir, "inbox"), ERPPath: filepath.Join(dir, "erp.db"), TruthDir: filepath.Join(dir, "truth")})
+	if err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	return &Night{Bin: bin, Dir: dir, Truth: truth, url: fmt.Sprintf("nats://127.0.0.1:%d", port)}, nil
+}
+
+func (n *Night) dev(i int, fault string) (*devproc.Proc, error) {
+	env := append(os.Environ(), "CAIRN_DATA_DIR="+n.Dir, "CAIRN_NATS_URL="+n.url, "CAIRN_HEARTBEAT=1s", "CAIRN_LEASE=5s", "CAIRN_ACK_WAIT=30s")
+	if fault != "" {
+		env = append(env, "CAIRN_FAULTS="+fault)
+	}
+	return devproc.Start(n.Bin, env, filepath.Join(n.Dir, fmt.Sprintf("dev-%d.log", i)), time.Minute)
+}
+
+// Run runs the night with fault ("" for none): a crash, the restart, until done, then the
+// outcome. limit bounds each phase.
+func (n *Night) Run(ctx context.Context, fault string, limit time.Duration) (Outcome, Result, error) {
+	res := Result{Fault: fault}
+	began := time.Now()
+	p, err := n.dev(1, fault)
+	if err != nil {
+		return Outcome{}, res, err
+	}
+	if err := n.start(ctx); err != nil {
+		p.Stop(10 * time.Second)
+		return Outcome{}, res, err
+	}
+	if fault != "" {
+		code, err := p.Wait(limit)
+		if err != nil || code != faults.ExitCode {
+			p.Stop(10 * time.Second)
+			return Outcome{}, res, fmt.Errorf("%s: cairn dev ended with %d (%v), want the fault's exit %d; log %s", fault, code, err, faults.ExitCode, p.Log)
+		}
+		res.Fired = faults.Fired(filepath.Join(n.Dir, "faults"), fault)
+		if p, err = n.dev(2, fault); err != nil {
+			return Outcome{}, res, err
+		}
+	}
+	defer p.Stop(20 * time.Second)
+	nc, err := nats.Connect(n.url)
+	if err != nil {
+		return Outcome{}, res, err
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	rec, err := waitDone(ctx, js, limit)
+	if err != nil {
+		return Outcome{}, res, fmt.Errorf("%s: %w; log %s", fault, err, p.Log)
+	}
+	res.Took = time.Since(began)
+	o, resumed, err := n.outcome(ctx, js, rec)
+	res.Resumed = resumed
+	return o, res, err
+}
+
+func (n *Night) start(ctx context.Context) error {
+	nc, err := nats.Connect(n.url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	_, err = js.Publish(ctx, events.RunStartSubject, fmt.Appendf(nil, `{"run_id":%q,"warehouse":%q,"date":%q}`, RunID, Warehouse, Date))
+	return err
+}
+
+func waitDone(ctx context.Context, js jetstream.JetStream, limit time.Duration) (*kc.Record, error) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, assets.BucketRuns)
+	if err != nil {
+		return nil, err
+	}
+	w, err := kv.Watch(ctx, RunID)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = w.Stop() }()
+	for e := range w.Updates() {
+		if e == nil || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		r, err := kc.Decode(e.Value())
+		if err != nil {
+			return nil, err
+		}
+		switch r.Status {
+		case kc.Done:
+			return r, nil
+		case kc.HandedOver, kc.Cancelled:
+			return r, fmt.Errorf("the run is %s: %s", r.Status, r.NextAction)
+		}
+	}
+	return nil, fmt.Errorf("the run was not done within %s", limit)
+}
+
+// outcome reads what the finished run left, and the steps started after the crash.
+func (n *Night) outcome(ctx context.Context, js jetstream.JetStream, rec *kc.Record) (Outcome, []string, error) {
+	var o Outcome
+	var err error
+	if o.Ledger, err = column(ctx, filepath.Join(n.Dir, "ledger.db"), `SELECT key||' '||run_id||' '||invoice_no||' '||line||' '||kind||' '||supplier_id||' '||
+		amount_paise||' '||coalesce(reverses, '-') FROM ledger_entries ORDER BY key`); err != nil {
+		return o, nil, err
+	}
+	erp := filepath.Join(n.Dir, "erp.db")
+	if o.Stock, err = column(ctx, erp, `SELECT key||' '||run_id||' '||warehouse||' '||sku||' '||supplier_id||' '||qty_delta||' '||
+		value_delta_paise||' '||reason||' '||coalesce(reverses, '-') FROM stock_adjustments ORDER BY key`); err != nil {
+		return o, nil, err
+	}
+	if o.Levels, err = column(ctx, erp, `SELECT warehouse||' '||sku||' '||qty||' '||value_paise FROM stock_levels ORDER BY warehouse, sku`); err != nil {
+		return o, nil, err
+	}
+	msgs, err := supervisor.Queued(ctx, js, RunID)
+	if err != nil {
+		return o, nil, err
+	}
+	for _, m := range msgs {
+		o.Outbox = append(o.Outbox, m.Key)
+	}
+	slices.Sort(o.Outbox)
+	o.Outbox = slices.Compact(o.Outbox) // a restart's copy of a message is stored beside the dead attempt's
+	if o.Mail, err = mailFiles(filepath.Join(n.Dir, "mail")); err != nil {
+		return o, nil, err
+	}
+	store, err := artifacts.Open(ctx, js, assets.ObjectArtifacts)
+	if err != nil {
+		return o, nil, err
+	}
+	b, err := store.Load(ctx, rec.Step("report").Output)
+	if err != nil {
+		return o, nil, err
+	}
+	o.Report = string(b)
+	evs, err := events.ReadSubject(ctx, js, assets.StreamAudit, events.AuditSubject(RunID))
+	if err != nil {
+		return o, nil, err
+	}
+	resumed := map[string]bool{}
+	crashed := false
+	for _, e := range evs {
+		var a events.Audit
+		if e.Unmarshal(&a) != nil {
+			continue
+		}
+		switch a.Event {
+		case "extractor.called":
+			o.ExtractorCalls++
+		case "document.read":
+			o.DocumentReads++
+		case "reassigned":
+			crashed = true
+		case "step.started", "step.verified":
+			if crashed {
+				resumed[a.Step] = true
+			}
+		}
+	}
+	var steps []string
+	for _, s := range rec.Pipeline {
+		if resumed[s] {
+			steps = append(steps, s)
+		}
+	}
+	return o, steps, nil
+}
+
+func column(ctx context.Context, path, query string) ([]string, error) {
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, query)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// mailFiles reads the mail folder; the Date header is the run's start and is left out.
+func mailFiles(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		switch {
+		case strings.HasPrefix(e.Name(), "."):
+		case e.IsDir():
+			out = append(out, e.Name()+"/")
+		default:
+			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+			if err != nil {
+				return nil, err
+			}
+			head, body, _ := bytes.Cut(b, []byte("\r\n\r\n"))
+			var kept []string
+			for _, h := range strings.Split(string(head), "\r\n") {
+				if !strings.HasPrefix(h, "Date: ") {
+					kept = append(kept, h)
+				}
+			}
+			out = append(out, e.Name()+"\n"+strings.Join(kept, "\n")+"\n\n"+string(body))
+		}
+	}
+	return out, nil
+}
+
+// Compare names every difference between a night and the reference, and counts the rows and
+// messages that exist more often than in the reference.
+func Compare(got, want Outcome) (diffs []string, duplicates int) {
+	add := func(what string, g, w []string) {
+		d, dup := diffLines(what, g, w)
+		diffs = append(diffs, d...)
+		duplicates += dup
+	}
+	add("ledger", got.Ledger, want.Ledger)
+	add("stock adjustment", got.Stock, want.Stock)
+	add("stock level", got.Levels, want.Levels)
+	add("outbox key", got.Outbox, want.Outbox)
+	add("mail", got.Mail, want.Mail)
+	if got.Report != want.Report {
+		diffs = append(diffs, fmt.Sprintf("report output %s, want %s", got.Report, want.Report))
+	}
+	if got.ExtractorCalls != want.ExtractorCalls {
+		diffs = append(diffs, fmt.Sprintf("extractor calls %d, want %d", got.ExtractorCalls, want.ExtractorCalls))
+	}
+	if got.DocumentReads != want.DocumentReads {
+		diffs = append(diffs, fmt.Sprintf("document reads %d, want %d", got.DocumentReads, want.DocumentReads))
+	}
+	return diffs, duplicates
+}
+
+// diffLines compares two lists as multisets: a repeated line is a difference too.
+func diffLines(what string, got, want []string) (diffs []string, extra int) {
+	count := map[string]int{}
+	for _, s := range want {
+		count[s]++
+	}
+	for _, s := range got {
+		count[s]--
+	}
+	for _, s := range slices.Sorted(maps.Keys(count)) {
+		switch c := count[s]; {
+		case c > 0:
+			diffs = append(diffs, fmt.Sprintf("%s missing (%d): %q", what, c, shorten(s)))
+		case c < 0:
+			diffs = append(diffs, fmt.Sprintf("%s extra (%d): %q", what, -c, shorten(s)))
+			extra += -c
+		}
+	}
+	return diffs, extra
+}
+
+func shorten(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "…"
+	}
+	return s
+}
+
+// Points are the crash points: every step boundary (before and after its commit, and before
+// its next event's publish), and the first, 24th and last entry of post-ledger and
+// update-stock and the first, middle and last note of debit-notes, before and after the write.
+func Points(t recon.Truth, steps []string) []string {
+	var out []string
+	for _, s := range steps {
+		out = append(out, s+"."+faults.BeforeCommit+"=exit@once", s+"."+faults.AfterCommit+"=exit@once")
+		if s != steps[len(steps)-1] {
+			out = append(out, s+"."+faults.BeforeNextPublish+"=exit@once")
+		}
+	}
+	entries, notes := len(t.Adjustments), len(t.DebitNotes)
+	for _, w := range []struct {
+		step string
+		ns   []int
+	}{{"post-ledger", []int{1, 24, entries}}, {"update-stock", []int{1, 24, entries}}, {"debit-notes", []int{1, (notes + 1) / 2, notes}}} {
+		for _, point := range []string{faults.BeforeWrite, faults.AfterWrite} {
+			for _, n := range w.ns {
+				out = append(out, fmt.Sprintf("%s.%s.%d=exit@once", w.step, point, n))
+			}
+		}
+	}
+	return out
+}
+
+// Expected adjusts the reference for a crash point where a difference is inherent: a crash
+// before fetch's commit loads every document again (fetch had saved nothing).
+func Expected(ref Outcome, fault string) Outcome {
+	if strings.HasPrefix(fault, "fetch."+faults.BeforeCommit+"=") {
+		ref.DocumentReads *= 2
+	}
+	return ref
+}
