@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -238,7 +239,7 @@ func (c *Compensator) reverse(ctx context.Context, m jetstream.Msg, h *kc.Holder
 	if err := stock.RaiseFence(ctx, token); err != nil {
 		return c.stop(ctx, h, err)
 	}
-	c.record(ctx, runID, "undo.started", h.Token(), fmt.Sprintf("%d effects, scope %+v", len(plan), sc))
+	c.record(ctx, runID, "undo.started", h.Token(), fmt.Sprintf("%d effects of %s", len(plan), describe(sc)))
 	for i := cur.Undo.Cursor; i < len(plan); i++ {
 		e := plan[i]
 		n := i + 1
@@ -269,7 +270,7 @@ func (c *Compensator) reverse(ctx context.Context, m jetstream.Msg, h *kc.Holder
 			r.NextAction = "nothing: the run is undone"
 		} else {
 			r.Status = r.Undo.PreviousStatus
-			r.NextAction = fmt.Sprintf("undone for %+v; the rest of the run stands", sc)
+			r.NextAction = fmt.Sprintf("undone for %s; the rest of the run stands", describe(sc))
 		}
 		return nil
 	})
@@ -350,4 +351,19 @@ func (c *Compensator) stop(ctx context.Context, h *kc.Holder, cause error) error
 
 func (c *Compensator) record(ctx context.Context, runID, event string, rev uint64, detail string) {
 	_ = c.audit.Record(ctx, events.AuditStepID(runID, Step, event, rev), events.Audit{RunID: runID, Step: Step, Event: event, Owner: c.owner.Name, Detail: detail})
+}
+
+// describe says what an undo's scope covers.
+func describe(sc saga.Scope) string {
+	var parts []string
+	if sc.Supplier != "" {
+		parts = append(parts, "supplier "+sc.Supplier)
+	}
+	if sc.Step != "" {
+		parts = append(parts, "step "+sc.Step)
+	}
+	if len(parts) == 0 {
+		return "the whole run"
+	}
+	return strings.Join(parts, " and ")
 }
