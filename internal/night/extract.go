@@ -115,6 +115,8 @@ func (s extractStep) answer(ctx context.Context, a *runner.Attempt, d recon.Docu
 		switch {
 		case errors.As(err, &unreadable):
 			memo = memoAnswer{Unreadable: reason(err)}
+		case errors.Is(err, recon.ErrTemporary):
+			return runner.Temporary(err)
 		case err != nil:
 			return err
 		default:

@@ -5,6 +5,7 @@ package service
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -44,6 +45,7 @@ type Config struct {
 	ModelName       string        `envconfig:"MODEL_NAME"`
 	ModelKey        string        `envconfig:"MODEL_KEY"`
 	ModelRPS        float64       `envconfig:"MODEL_RPS" default:"5"`
+	ModelTimeout    time.Duration `envconfig:"MODEL_TIMEOUT" default:"60s"`
 	NotifyEmail     string        `envconfig:"NOTIFY_EMAIL"`
 	NotifyWebhook   string        `envconfig:"NOTIFY_WEBHOOK"`
 	NotifySecret    string        `envconfig:"NOTIFY_SECRET"`
@@ -127,7 +129,18 @@ func (c Config) Validate() error {
 		bad("CAIRN_TAKEOVER_GAP must be positive, not %s", c.TakeoverGap)
 	}
 	if c.ModelURL != "" {
-		bad("CAIRN_MODEL_URL is set, but this version has only the rule-based extractor; leave it empty")
+		if u, err := url.Parse(c.ModelURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("CAIRN_MODEL_URL %q must be an http(s) base URL such as https://api.openai.com/v1", c.ModelURL)
+		}
+		if c.ModelName == "" {
+			bad("CAIRN_MODEL_NAME must name the model when CAIRN_MODEL_URL is set")
+		}
+		if c.ModelRPS <= 0 {
+			bad("CAIRN_MODEL_RPS must be positive, not %v", c.ModelRPS)
+		}
+		if c.ModelTimeout <= 0 {
+			bad("CAIRN_MODEL_TIMEOUT must be positive, not %s", c.ModelTimeout)
+		}
 	}
 	return errors.Join(errs...)
 }

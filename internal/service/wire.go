@@ -126,8 +126,12 @@ func (d *Deps) NightEnv(ctx context.Context) (*night.Env, func(), error) {
 		}
 		db.Close()
 	}
+	var extractor recon.Extractor = recon.RuleExtractor{}
+	if c := d.Config; c.ModelURL != "" {
+		extractor = recon.NewModelExtractor(c.ModelURL, c.ModelName, c.ModelKey, c.ModelRPS, c.ModelTimeout)
+	}
 	env := &night.Env{
-		InboxDir: d.Config.InboxDir, Ledger: ledger, ERP: erp, Memo: d.Memo, Marks: d.Marks, Extractor: recon.RuleExtractor{},
+		InboxDir: d.Config.InboxDir, Ledger: ledger, ERP: erp, Memo: d.Memo, Marks: d.Marks, Extractor: extractor,
 		MailFrom: "cairn@cairn.local", FinanceTo: "finance-head@cairn.local",
 	}
 	return env, func() { ledger.Close(); erp.Close() }, nil
