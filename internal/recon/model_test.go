@@ -154,4 +154,3 @@ func unreadableErr(t *testing.T, answer []byte, err error) {
 		t.Fatalf("got %v (answer %s), want an unreadable invoice", err, answer)
 	}
 }
-
