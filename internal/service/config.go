@@ -5,6 +5,7 @@ package service
 import (
 	"errors"
 	"fmt"
+	"net/mail"
 	"net/url"
 	"path/filepath"
 	"slices"
@@ -127,6 +128,19 @@ func (c Config) Validate() error {
 	}
 	if c.TakeoverGap <= 0 {
 		bad("CAIRN_TAKEOVER_GAP must be positive, not %s", c.TakeoverGap)
+	}
+	if c.NotifyEmail != "" {
+		if _, err := mail.ParseAddress(c.NotifyEmail); err != nil {
+			bad("CAIRN_NOTIFY_EMAIL %q is not a mail address", c.NotifyEmail)
+		}
+	}
+	if c.NotifyWebhook != "" {
+		if u, err := url.Parse(c.NotifyWebhook); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("CAIRN_NOTIFY_WEBHOOK %q must be an http(s) URL", c.NotifyWebhook)
+		}
+		if c.NotifySecret == "" {
+			bad("CAIRN_NOTIFY_SECRET must be set with CAIRN_NOTIFY_WEBHOOK: every call is signed with it")
+		}
 	}
 	if c.ModelURL != "" {
 		if u, err := url.Parse(c.ModelURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

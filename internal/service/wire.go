@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -149,7 +150,7 @@ func (d *Deps) RunStep(ctx context.Context, env *night.Env, step string) error {
 		RetryAttempts: d.Config.RetryAttempts, LoopGuard: d.Config.LoopGuard, ParkLimit: d.Config.ParkLimit,
 		MaxDeliver: d.Config.MaxDeliver, Faults: d.Faults, Now: d.Now, Logger: d.Logger.With(slog.String("service", step)),
 		Finishing: d.settle, StopGrace: d.Config.StopGrace, Metrics: d.Metrics,
-		Approval: slices.Contains(d.Config.ApprovalSteps, step),
+		Approval: slices.Contains(d.Config.ApprovalSteps, step), Notify: d.notify,
 	})
 	if err != nil {
 		if slices.Contains(d.Config.ApprovalSteps, step) {
@@ -183,7 +184,7 @@ func (d *Deps) RunSupervisor(ctx context.Context) error {
 	s, err := supervisor.New(supervisor.Config{
 		JS: d.JS, Store: d.Store, Marks: d.Marks, Handovers: d.Handovers, Pipeline: night.Pipeline, Lease: d.Config.Lease,
 		TakeoverGap: d.Config.TakeoverGap, Heartbeat: d.Config.Heartbeat, StallTimeout: d.Config.StallTimeout, ApprovalTimeout: d.Config.ApprovalTimeout, ReassignLimit: d.Config.ReassignLimit,
-		Now: d.Now, Logger: d.Logger.With(slog.String("service", "supervisor")), Metrics: d.Metrics,
+		Now: d.Now, Logger: d.Logger.With(slog.String("service", "supervisor")), Metrics: d.Metrics, Notify: d.notify,
 	})
 	if err != nil {
 		return err
@@ -198,6 +199,9 @@ func (d *Deps) RunOutboxSender(ctx context.Context) error {
 		t = outbox.SMTPTransport{Addr: d.Config.SMTPAddr}
 	} else if err := os.MkdirAll(d.Config.MailDir, 0o755); err != nil {
 		return fmt.Errorf("CAIRN_MAIL_DIR %s: %w", d.Config.MailDir, err)
+	}
+	if d.Config.NotifyWebhook != "" {
+		t = outbox.Routed{Mail: t, Webhook: outbox.WebhookTransport{Secret: []byte(d.Config.NotifySecret)}}
 	}
 	log := d.Logger.With(slog.String("service", "outbox-sender"))
 	rej := audit.New(d.JS, "outbox-sender", d.Now)
@@ -277,4 +281,49 @@ func (t countingTransport) Deliver(ctx context.Context, m outbox.Message, raw []
 		t.m.Outbox.WithLabelValues("sent").Inc()
 	}
 	return err
+}
+
+// notify queues, through the outbox, the notifications of a handover or of a wait for
+// approval: a mail to CAIRN_NOTIFY_EMAIL and a signed POST of the note to
+// CAIRN_NOTIFY_WEBHOOK. Each is keyed by the note's id, so each handover notifies once.
+func (d *Deps) notify(ctx context.Context, kind string, note runner.HandoverNote, generation int, token uint64) {
+	c := d.Config
+	if c.NotifyEmail == "" && c.NotifyWebhook == "" {
+		return
+	}
+	step := note.Step
+	if step == "" {
+		step = "run"
+	}
+	base := outbox.Message{RunID: note.RunID, Kind: kind, Step: step, Generation: generation, Token: token,
+		From: "cairn@cairn.local", QueuedAt: d.Now().UTC().Round(time.Second)}
+	var msgs []outbox.Message
+	if c.NotifyEmail != "" {
+		m := base
+		m.Key, m.To = note.ID+":mail", []string{c.NotifyEmail}
+		what := "needs a person"
+		if kind == "approval" {
+			what = "waits for your approval"
+		}
+		m.Subject = fmt.Sprintf("Cairn: run %s %s (step %s)", note.RunID, what, step)
+		m.Body = fmt.Sprintf("Run %s %s.\n\nStep:    %s\nWhy:     %s\nDone:    %d keys, %d messages\nNext:    %s\nNote:    %s (%s)\n",
+			note.RunID, what, step, note.Error, note.Done.Keys, note.Done.Messages, note.NextAction, note.ID, note.At)
+		msgs = append(msgs, m)
+	}
+	if c.NotifyWebhook != "" {
+		body, err := json.Marshal(struct {
+			Kind string              `json:"kind"`
+			Note runner.HandoverNote `json:"note"`
+		}{kind, note})
+		if err == nil {
+			m := base
+			m.Key, m.To, m.Subject, m.Body = note.ID+":webhook", []string{c.NotifyWebhook}, kind+" "+note.RunID, string(body)
+			msgs = append(msgs, m)
+		}
+	}
+	for _, m := range msgs {
+		if err := outbox.Queue(ctx, d.JS, m); err != nil {
+			d.Logger.Error("queueing a notification", slog.String("run_id", note.RunID), slog.String("key", m.Key), slog.Any("error", err))
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/mail"
+	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -67,6 +68,9 @@ func (m Message) validate() error {
 		problems = append(problems, "to names nobody")
 	}
 	for _, to := range m.To {
+		if isURL(to) && len(m.To) == 1 {
+			continue // a webhook
+		}
 		if _, err := mail.ParseAddress(to); err != nil {
 			problems = append(problems, fmt.Sprintf("to %q is not an address", to))
 		}
@@ -113,4 +117,10 @@ func Queue(ctx context.Context, js jetstream.JetStream, m Message) error {
 		return fmt.Errorf("queueing outbox message %q: %w", m.Key, err)
 	}
 	return nil
+}
+
+// isURL: a message to an http(s) URL goes to a webhook.
+func isURL(to string) bool {
+	u, err := url.Parse(to)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }

@@ -46,6 +46,11 @@ func (r *Runner) approvalGate(ctx context.Context, a *Attempt, h *kc.Holder) (se
 	}
 	r.auditStep(a, "approval.requested", a.Token.Value, out.Digest)
 	_ = a.batch.Wait(ctx)
+	waiting, _ := h.Record()
+	r.notify(ctx, "approval", HandoverNote{
+		ID: fmt.Sprintf("%s:approval:%s:%s", a.RunID, a.Step, out.Digest), RunID: a.RunID, Step: a.Step,
+		Error: "waiting for a person to approve the plan " + out.Digest, NextAction: waiting.NextAction, At: r.stamp(),
+	}, a.Generation, a.Token.Value)
 	a.log.Info("waiting for approval", slog.String("plan", out.Digest))
 	return ack, true
 }

@@ -126,6 +126,7 @@ func (r *Runner) handover(ctx context.Context, a *Attempt, h *kc.Holder, cause e
 	}
 	r.auditStep(a, "handover", a.Token.Value, cause.Error())
 	_ = a.batch.Wait(ctx)
+	r.notify(ctx, "handover", note, cur.Generation, a.Token.Value)
 	r.m.Handovers.WithLabelValues(a.Step, "step_failed").Inc()
 	r.observe(a, "handover")
 	trace.SpanFromContext(ctx).SetStatus(codes.Error, "handed over: "+cut(cause.Error(), 200))
@@ -181,6 +182,13 @@ func (r *Runner) noteOnly(ctx context.Context, runID string, cause error) {
 		return
 	}
 	_ = r.audit.Record(ctx, events.AuditStepID(runID, r.cfg.StepName, "handover", 0), events.Audit{RunID: runID, Step: r.cfg.StepName, Event: "handover", Detail: cause.Error()})
+	r.notify(ctx, "handover", n, 0, 0)
+}
+
+func (r *Runner) notify(ctx context.Context, kind string, note HandoverNote, generation int, token uint64) {
+	if r.cfg.Notify != nil {
+		r.cfg.Notify(ctx, kind, note, generation, token)
+	}
 }
 
 // park hands over a run whose step event reached the delivery limit.

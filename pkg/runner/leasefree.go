@@ -100,6 +100,7 @@ func (r *Runner) failLeaseFree(ctx context.Context, a *Attempt, err error) settl
 	}
 	if handover {
 		r.auditStep(a, "handover", a.Token.Value, err.Error())
+		r.notify(wctx, "handover", note, a.Generation, a.Token.Value)
 		r.m.Handovers.WithLabelValues(a.Step, "step_failed").Inc()
 		r.observe(a, "handover")
 		a.log.Error("run handed over", slog.String("note", note.ID), slog.Any("error", err))

@@ -53,6 +53,9 @@ type Config struct {
 	Metrics   *metrics.Metrics // default: metrics of its own, not served
 	// Approval makes the step wait for a person before it runs (the step must be a Planner).
 	Approval bool
+	// Notify tells people of a handover (kind "handover") or of a wait for approval (kind
+	// "approval"), once per note id; token is the attempt's. May be nil.
+	Notify func(ctx context.Context, kind string, note HandoverNote, generation int, token uint64)
 
 	Faults *faults.Set
 	Now    func() time.Time

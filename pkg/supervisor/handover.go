@@ -75,6 +75,9 @@ func (s *Supervisor) handOver(ctx context.Context, runID, step, reason string, c
 		return fmt.Errorf("recording the handover of %s: %w", runID, err)
 	}
 	s.forget(runID)
+	if s.cfg.Notify != nil {
+		s.cfg.Notify(ctx, "handover", note, rec.Generation, 0)
+	}
 	s.cfg.Metrics.Handovers.WithLabelValues(cmpStep(step), reason).Inc()
 	s.record(ctx, events.AuditStepID(runID, cmpStep(step), "handover", rev), events.Audit{RunID: runID, Step: step, Event: "handover", Detail: cut(cause.Error(), 512)})
 	s.log.Error("run handed over", slog.String("run_id", runID), slog.String("step", step), slog.String("reason", reason), slog.Any("error", cause))

@@ -44,6 +44,8 @@ type Config struct {
 	Now             func() time.Time
 	Logger          *slog.Logger
 	Metrics         *metrics.Metrics // default: metrics of its own, not served
+	// Notify tells people of a handover, once per note id. May be nil.
+	Notify func(ctx context.Context, kind string, note runner.HandoverNote, generation int, token uint64)
 }
 
 // Supervisor consumes the control durable and sweeps the checkpoints.
