@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -146,35 +147,7 @@ func (n *night) startRun() {
 // waitStatus watches the run's checkpoint until its status is one of want.
 func (n *night) waitStatus(limit time.Duration, want ...kc.Status) *kc.Record {
 	n.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	kv, err := n.js.KeyValue(ctx, assets.BucketRuns)
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	w, err := kv.Watch(ctx, runID)
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	defer w.Stop()
-	var last *kc.Record
-	for e := range w.Updates() {
-		if e == nil || e.Operation() != jetstream.KeyValuePut {
-			continue
-		}
-		r, err := kc.Decode(e.Value())
-		if err != nil {
-			n.t.Fatal(err)
-		}
-		last = r
-		for _, s := range want {
-			if r.Status == s {
-				return r
-			}
-		}
-	}
-	n.t.Fatalf("run not %v within %s; last record: %+v", want, limit, last)
-	return nil
+	return n.waitRecord(limit, fmt.Sprint(want), func(r *kc.Record) bool { return slices.Contains(want, r.Status) })
 }
 
 // audit counts the run's audit events by kind.

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/chaos"
 	"github.com/cairnhq/cairn/internal/devproc"
 	"github.com/cairnhq/cairn/internal/recon"
 	"github.com/cairnhq/cairn/pkg/artifacts"
@@ -84,7 +85,7 @@ func cmdDemo(ctx context.Context, args []string) error {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	rec, err := waitDone(ctx, js, run, 5*time.Minute)
+	rec, err := chaos.WaitDone(ctx, js, run, 5*time.Minute)
 	if err != nil {
 		return err
 	}
@@ -111,36 +112,6 @@ func publishStart(ctx context.Context, url, run, wh, date string) error {
 	body := fmt.Sprintf(`{"run_id":%q,"warehouse":%q,"date":%q}`, run, wh, date)
 	_, err = js.Publish(ctx, events.RunStartSubject, []byte(body))
 	return err
-}
-
-func waitDone(ctx context.Context, js jetstream.JetStream, run string, limit time.Duration) (*kc.Record, error) {
-	ctx, cancel := context.WithTimeout(ctx, limit)
-	defer cancel()
-	kv, err := js.KeyValue(ctx, assets.BucketRuns)
-	if err != nil {
-		return nil, err
-	}
-	w, err := kv.Watch(ctx, run)
-	if err != nil {
-		return nil, err
-	}
-	defer w.Stop()
-	for e := range w.Updates() {
-		if e == nil || e.Operation() != jetstream.KeyValuePut {
-			continue
-		}
-		r, err := kc.Decode(e.Value())
-		if err != nil {
-			return nil, err
-		}
-		switch r.Status {
-		case kc.Done:
-			return r, nil
-		case kc.HandedOver, kc.Cancelled:
-			return r, fmt.Errorf("run %s is %s: %s", run, r.Status, r.NextAction)
-		}
-	}
-	return nil, fmt.Errorf("run %s not done within %s", run, limit)
 }
 
 // report prints what happened next to the ground truth.

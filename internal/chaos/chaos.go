@@ -129,7 +129,7 @@ func (n *Night) Run(ctx context.Context, fault string, limit time.Duration) (Out
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	rec, err := waitDone(ctx, js, limit)
+	rec, err := WaitDone(ctx, js, RunID, limit)
 	if err != nil {
 		return Outcome{}, res, fmt.Errorf("%s: %w; log %s", fault, err, p.Log)
 	}
@@ -150,14 +150,16 @@ func (n *Night) start(ctx context.Context) error {
 	return err
 }
 
-func waitDone(ctx context.Context, js jetstream.JetStream, limit time.Duration) (*kc.Record, error) {
+// WaitDone watches run's checkpoint until it is done (a handed-over or cancelled run is an
+// error), for at most limit.
+func WaitDone(ctx context.Context, js jetstream.JetStream, run string, limit time.Duration) (*kc.Record, error) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	kv, err := js.KeyValue(ctx, assets.BucketRuns)
 	if err != nil {
 		return nil, err
 	}
-	w, err := kv.Watch(ctx, RunID)
+	w, err := kv.Watch(ctx, run)
 	if err != nil {
 		return nil, err
 	}
@@ -174,10 +176,10 @@ func waitDone(ctx context.Context, js jetstream.JetStream, limit time.Duration) 
 		case kc.Done:
 			return r, nil
 		case kc.HandedOver, kc.Cancelled:
-			return r, fmt.Errorf("the run is %s: %s", r.Status, r.NextAction)
+			return r, fmt.Errorf("run %s is %s: %s", run, r.Status, r.NextAction)
 		}
 	}
-	return nil, fmt.Errorf("the run was not done within %s", limit)
+	return nil, fmt.Errorf("run %s not done within %s", run, limit)
 }
 
 // outcome reads what the finished run left, and the steps started after the crash.
