@@ -35,6 +35,9 @@ import (
 var cairnBin string
 
 func TestMain(m *testing.M) {
+	// A race-built child process sleeps a second at exit unless told not to; the tests start
+	// and stop hundreds of them.
+	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	dir, err := os.MkdirTemp("", "cairn-e2e-bin")
 	if err != nil {
 		panic(err)
