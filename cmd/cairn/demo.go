@@ -85,7 +85,12 @@ func cmdDemo(ctx context.Context, args []string) error {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	rec, err := chaos.WaitDone(ctx, js, run, 5*time.Minute)
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if err := follow(fctx, js, run); err != nil {
+		return err
+	}
+	rec, err := chaos.WaitDone(ctx, js, run, time.Minute)
 	if err != nil {
 		return err
 	}

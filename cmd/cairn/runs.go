@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/saga"
 )
 
 func cmdGen(ctx context.Context, args []string) error {
@@ -107,7 +110,9 @@ func cmdStart(ctx context.Context, args []string) error {
 	return follow(ctx, js, run)
 }
 
-// follow prints the run's progress until it is done or handed over.
+// follow prints the run's progress until it is done or handed over: a line per step, and
+// every half second the items done within the step (documents read, answers, writes) as the
+// timeline and the saga records tell them.
 func follow(ctx context.Context, js jetstream.JetStream, run string) error {
 	store, err := kc.Open(ctx, js, assets.BucketRuns)
 	if err != nil {
@@ -118,28 +123,80 @@ func follow(ctx context.Context, js jetstream.JetStream, run string) error {
 		return err
 	}
 	defer w.Stop()
-	last := ""
-	for e := range w.Updates() {
-		if e == nil || e.Operation() != jetstream.KeyValuePut {
-			continue
-		}
-		r, err := kc.Decode(e.Value())
+	items := make(chan string, 1024) // the step of each item done
+	for _, subject := range []string{events.AuditSubject(run), "cairn.saga." + run + ".>"} {
+		sub, err := js.Conn().Subscribe(subject, func(m *nats.Msg) {
+			if step := itemStep(m); step != "" {
+				select {
+				case items <- step:
+				default: // a slow terminal loses a count, never blocks the connection
+				}
+			}
+		})
 		if err != nil {
 			return err
 		}
-		line := progress(r)
-		if line != last {
-			fmt.Println(line)
-			last = line
-		}
-		switch r.Status {
-		case kc.Done:
-			return nil
-		case kc.HandedOver, kc.Cancelled:
-			return exitCode{code: 3, err: fmt.Errorf("run %s is %s: %s", run, r.Status, r.NextAction)}
+		defer func() { _ = sub.Unsubscribe() }()
+	}
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	done := map[string]int{}
+	shown := map[string]int{}
+	current, last := "", ""
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case step := <-items:
+			done[step]++
+		case <-tick.C:
+			if current != "" && done[current] != shown[current] {
+				shown[current] = done[current]
+				fmt.Printf("%s  %s: %d items done\n", run, current, done[current])
+			}
+		case e := <-w.Updates():
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			r, err := kc.Decode(e.Value())
+			if err != nil {
+				return err
+			}
+			current = r.Current()
+			if line := progress(r); line != last {
+				fmt.Println(line)
+				last = line
+			}
+			switch r.Status {
+			case kc.Done:
+				return nil
+			case kc.HandedOver, kc.Cancelled:
+				return exitCode{code: 3, err: fmt.Errorf("run %s is %s: %s", run, r.Status, r.NextAction)}
+			}
 		}
 	}
-	return ctx.Err()
+}
+
+// itemStep is the step of an item event (a document read, a model answer, an outside write
+// done), "" for anything else.
+func itemStep(m *nats.Msg) string {
+	e, err := events.Decode(m)
+	if err != nil {
+		return ""
+	}
+	switch e.Type {
+	case events.TypeAudit:
+		var a events.Audit
+		if e.Unmarshal(&a) == nil && a.Item != "" && a.Event != "outbox.dropped" {
+			return a.Step
+		}
+	case events.TypeSaga:
+		var r saga.Record
+		if json.Unmarshal(e.Data, &r) == nil && r.Phase == saga.Outcome {
+			return r.Step
+		}
+	}
+	return ""
 }
 
 func progress(r *kc.Record) string {
