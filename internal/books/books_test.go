@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
-	"github.com/cairnhq/cairn/pkg/fence"
+	"github.com/jackc/pgx/v5/pgconn"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/cairnhq/cairn/internal/pgtest"
+	"github.com/cairnhq/cairn/pkg/fence"
 )
 
 const (
@@ -23,24 +27,56 @@ func token(v uint64) fence.Token {
 	return fence.Token{RunID: run, Epoch: epoch, Value: v}
 }
 
-// openSQLite opens a fresh SQLite file in t.TempDir(), closed in t.Cleanup.
-func openSQLite(t *testing.T) *DB {
+// backend is one implementation of the contract: every contract, race and open test runs
+// against each. PostgreSQL is a real server (internal/pgtest), skipped only where none can
+// be had and CI is unset.
+type backend struct {
+	name string
+	// dsn returns the DSN of a new, empty database that lives as long as t.
+	dsn func(t *testing.T) string
+}
+
+var backends = []backend{
+	{"sqlite", func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "books.db") }},
+	{"postgres", func(t *testing.T) string { return pgtest.DSN(t) }},
+}
+
+// open opens a new, empty database of the backend, closed in t.Cleanup.
+func (b backend) open(t *testing.T) *DB {
 	t.Helper()
-	return openSQLiteAt(t, filepath.Join(t.TempDir(), "books.db"))
+	return openDSN(t, b.dsn(t))
+}
+
+// forEachBackend runs test as a parallel subtest per backend.
+func forEachBackend(t *testing.T, test func(t *testing.T, b backend)) {
+	t.Helper()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			test(t, b)
+		})
+	}
+}
+
+// openDSN opens dsn, closed in t.Cleanup. Errors, not the DSN, are printed: a postgres DSN
+// holds a password.
+func openDSN(t *testing.T, dsn string) *DB {
+	t.Helper()
+	db, err := Open(t.Context(), dsn)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("closing: %v", err)
+		}
+	})
+	return db
 }
 
 func openSQLiteAt(t *testing.T, path string) *DB {
 	t.Helper()
-	db, err := Open(t.Context(), "sqlite:"+path)
-	if err != nil {
-		t.Fatalf("Open(%s): %v", path, err)
-	}
-	t.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			t.Errorf("closing %s: %v", path, err)
-		}
-	})
-	return db
+	return openDSN(t, "sqlite:"+path)
 }
 
 func entry(invoice string, line int, kind string, amount int64) Entry {
@@ -80,13 +116,14 @@ func TestOpenRejects(t *testing.T) {
 		mentions string // the error must say this
 		hides    string // and must not say this
 	}{
-		{dsn: "postgres://cairn:s3cret@db:5432/ledger", mentions: `"postgres"`, hides: "s3cret"},
-		{dsn: "postgresql://cairn:s3cret@db/ledger", mentions: `"postgresql"`, hides: "s3cret"},
 		{dsn: "mysql://x", mentions: `"mysql"`},
 		{dsn: "ledger.db", mentions: "sqlite:PATH"},
 		{dsn: "sqlite:", mentions: "empty path"},
 		{dsn: "sqlite::memory:", mentions: ":memory:"},
 		{dsn: "sqlite:/tmp/a.db?mode=ro", mentions: "?"},
+		{dsn: "postgres:ledger", mentions: "postgres://USER"},
+		{dsn: "postgres://cairn:s3cret@db:port/ledger", mentions: "must be a URL", hides: "s3cret"},
+		{dsn: "postgresql://cairn:s3cret@db/ledger?sslmode=sometimes", mentions: "sslmode", hides: "s3cret"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.dsn, func(t *testing.T) {
@@ -106,6 +143,22 @@ func TestOpenRejects(t *testing.T) {
 				t.Errorf("Open(%q) = %v leaks %q", tt.dsn, err, tt.hides)
 			}
 		})
+	}
+}
+
+// A server that cannot be reached is named, its password is not.
+func TestOpenPostgresUnreachable(t *testing.T) {
+	t.Parallel()
+	db, err := Open(t.Context(), "postgres://cairn:s3cret@127.0.0.1:1/ledger?connect_timeout=10")
+	if err == nil {
+		db.Close()
+		t.Fatal("Open of a closed port succeeded")
+	}
+	if errors.Is(err, ErrUnsupportedDSN) {
+		t.Errorf("Open = %v: a DSN that parses is supported", err)
+	}
+	if !strings.Contains(err.Error(), "127.0.0.1") || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("Open = %v, want it to name 127.0.0.1 and not the password", err)
 	}
 }
 
@@ -147,63 +200,130 @@ func TestOpenCreatesTablesAndSettings(t *testing.T) {
 	}
 }
 
-func TestOpenKeepsOthersTables(t *testing.T) {
+func TestOpenPostgres(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "erp.db")
-	db := openSQLiteAt(t, path)
+	dsn := pgtest.DSN(t)
+	// Processes that start together open a fresh database at once: each creates the
+	// tables, none fails.
+	const opens = 4
+	dbs := make([]*DB, opens)
+	errs := make([]error, opens)
+	var wg sync.WaitGroup
+	for i := range opens {
+		wg.Go(func() { dbs[i], errs[i] = Open(t.Context(), dsn) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("concurrent Open %d: %v", i, err)
+			continue
+		}
+		t.Cleanup(func() { dbs[i].Close() })
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	db := dbs[0]
 	ctx := t.Context()
-	// The ERP generator owns purchase_orders and may create stock_levels first.
-	if _, err := db.SQL().ExecContext(ctx, `CREATE TABLE purchase_orders(po TEXT, line INTEGER)`); err != nil {
+	for _, name := range []string{
+		"ledger_entries", "stock_adjustments", "stock_levels", "fences",
+		"shadow_ledger_entries", "shadow_stock_adjustments", "shadow_stock_levels", "shadow_fences",
+	} {
+		var found bool
+		if err := db.SQL().QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&found); err != nil || !found {
+			t.Errorf("table %s: %v, %v", name, found, err)
+		}
+	}
+	// Every integer of the contract is 64 bits, as in SQLite.
+	rows, err := db.SQL().QueryContext(ctx, `SELECT table_name, column_name, data_type FROM information_schema.columns
+		WHERE table_schema = current_schema() AND data_type IN ('integer', 'smallint', 'bigint') ORDER BY 1, 2`)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.SQL().ExecContext(ctx, `INSERT INTO stock_levels VALUES ('ldh', 'NUT-M8', 1200, 390000)`); err != nil {
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var table, column, typ string
+		if err := rows.Scan(&table, &column, &typ); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if typ != "bigint" {
+			t.Errorf("%s.%s is %s, want bigint", table, column, typ)
+		}
+	}
+	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	db.Close()
-	db = openSQLiteAt(t, path)
-	if n := countRows(t, db, "purchase_orders"); n != 0 {
-		t.Fatalf("purchase_orders has %d rows", n)
+	if n != 2*7 { // line, amount_paise; qty_delta, value_delta_paise; qty, value_paise; token; and the shadows
+		t.Errorf("%d integer columns, want 14", n)
 	}
-	if n := countRows(t, db, "stock_levels"); n != 1 {
-		t.Fatalf("stock_levels has %d rows after reopening, want 1", n)
-	}
+}
+
+func TestOpenKeepsOthersTables(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		dsn := b.dsn(t)
+		db := openDSN(t, dsn)
+		ctx := t.Context()
+		// The ERP generator owns purchase_orders and may create stock_levels first.
+		if _, err := db.SQL().ExecContext(ctx, `CREATE TABLE purchase_orders(po TEXT, line INTEGER)`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.SQL().ExecContext(ctx, `INSERT INTO stock_levels VALUES ('ldh', 'NUT-M8', 1200, 390000)`); err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+		db = openDSN(t, dsn)
+		if n := countRows(t, db, "purchase_orders"); n != 0 {
+			t.Fatalf("purchase_orders has %d rows", n)
+		}
+		if n := countRows(t, db, "stock_levels"); n != 1 {
+			t.Fatalf("stock_levels has %d rows after reopening, want 1", n)
+		}
+	})
 }
 
 func TestFencesTableIsTheFenceSchema(t *testing.T) {
 	t.Parallel()
-	var found bool
-	for _, stmt := range schema() {
-		if stmt == fence.Schema {
-			found = true
+	for d, want := range map[fence.Dialect]string{
+		fence.SQLite:   fence.Schema,
+		fence.Postgres: strings.Replace(fence.Schema, "token INTEGER", "token BIGINT", 1),
+	} {
+		if !strings.Contains(strings.Join(schema(d), "\n"), want) {
+			t.Errorf("%s: books does not create fences as %q", d, want)
 		}
 	}
-	if !found {
-		t.Fatalf("books does not create fences with fence.Schema %q", fence.Schema)
-	}
+}
+
+// isForeignKeyViolation tells each backend's foreign key error.
+func isForeignKeyViolation(err error) bool {
+	var se *sqlite.Error
+	var pe *pgconn.PgError
+	return (errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY) ||
+		(errors.As(err, &pe) && pe.Code == "23503")
 }
 
 // The foreign keys of the contract hold even for a writer that skips Post.
 func TestForeignKeyEnforced(t *testing.T) {
-	t.Parallel()
-	db := openSQLite(t)
-	for _, table := range []string{"ledger_entries", "shadow_ledger_entries"} {
-		_, err := db.SQL().ExecContext(t.Context(), `INSERT INTO `+table+
-			`(key, run_id, invoice_no, line, kind, supplier_id, amount_paise, reverses, created_at)
-			VALUES ('k:rev', 'r', 'i', 1, 'price', 's', -5, 'k', ?)`, at)
-		var se *sqlite.Error
-		if !errors.As(err, &se) || se.Code() != sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY {
-			t.Errorf("insert into %s reversing a missing key = %v, want a foreign key error", table, err)
+	forEachBackend(t, func(t *testing.T, b backend) {
+		db := b.open(t)
+		for _, table := range []string{"ledger_entries", "shadow_ledger_entries"} {
+			_, err := db.SQL().ExecContext(t.Context(), db.q(`INSERT INTO `+table+
+				`(key, run_id, invoice_no, line, kind, supplier_id, amount_paise, reverses, created_at)
+				VALUES ('k:rev', 'r', 'i', 1, 'price', 's', -5, 'k', ?)`), at)
+			if !isForeignKeyViolation(err) {
+				t.Errorf("insert into %s reversing a missing key = %v, want a foreign key error", table, err)
+			}
 		}
-	}
-	for _, table := range []string{"stock_adjustments", "shadow_stock_adjustments"} {
-		_, err := db.SQL().ExecContext(t.Context(), `INSERT INTO `+table+
-			`(key, run_id, warehouse, sku, supplier_id, qty_delta, value_delta_paise, reason, reverses, created_at)
-			VALUES ('k:rev', 'r', 'w', 's', 'p', 1, 1, 'x', 'k', ?)`, at)
-		var se *sqlite.Error
-		if !errors.As(err, &se) || se.Code() != sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY {
-			t.Errorf("insert into %s reversing a missing key = %v, want a foreign key error", table, err)
+		for _, table := range []string{"stock_adjustments", "shadow_stock_adjustments"} {
+			_, err := db.SQL().ExecContext(t.Context(), db.q(`INSERT INTO `+table+
+				`(key, run_id, warehouse, sku, supplier_id, qty_delta, value_delta_paise, reason, reverses, created_at)
+				VALUES ('k:rev', 'r', 'w', 's', 'p', 1, 1, 'x', 'k', ?)`), at)
+			if !isForeignKeyViolation(err) {
+				t.Errorf("insert into %s reversing a missing key = %v, want a foreign key error", table, err)
+			}
 		}
-	}
+	})
 }
 
 func TestRebind(t *testing.T) {
@@ -218,14 +338,15 @@ func TestRebind(t *testing.T) {
 }
 
 func TestContextCancelled(t *testing.T) {
-	t.Parallel()
-	db := openSQLite(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	if _, err := db.Ledger(false).Post(ctx, token(1), entry("INV-1", 1, "price", 100)); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Post on a cancelled context = %v, want context.Canceled", err)
-	}
-	if n := countRows(t, db, "ledger_entries"); n != 0 {
-		t.Fatalf("%d rows after a cancelled Post", n)
-	}
+	forEachBackend(t, func(t *testing.T, b backend) {
+		db := b.open(t)
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		if _, err := db.Ledger(false).Post(ctx, token(1), entry("INV-1", 1, "price", 100)); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Post on a cancelled context = %v, want context.Canceled", err)
+		}
+		if n := countRows(t, db, "ledger_entries"); n != 0 {
+			t.Fatalf("%d rows after a cancelled Post", n)
+		}
+	})
 }

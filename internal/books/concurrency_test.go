@@ -2,18 +2,16 @@ package books
 
 import (
 	"fmt"
-	"path/filepath"
 	"testing"
 
 	"golang.org/x/sync/errgroup"
 )
 
-// Two processes (two Opens of one file) post the same 40 entries at the same
-// time, each checking nothing first and leaving it to the key: every round
-// ends with exactly 40 rows, each inserted by exactly one of them, and
-// neither sees SQLITE_BUSY.
+// Two processes (two Opens of one database) post the same 40 entries at the same time,
+// each checking nothing first and leaving it to the key: every round ends with exactly 40
+// rows, each inserted by exactly one of them, and neither sees SQLITE_BUSY or a unique
+// violation.
 func TestConcurrentPostsOfTheSameKeys(t *testing.T) {
-	t.Parallel()
 	const (
 		rounds  = 15
 		entries = 40
@@ -22,49 +20,53 @@ func TestConcurrentPostsOfTheSameKeys(t *testing.T) {
 	for i := range entries {
 		batch = append(batch, entry(fmt.Sprintf("INV-%04d", i/4), i%4+1, "price", int64(100*(i+1))))
 	}
-	for round := range rounds {
-		path := filepath.Join(t.TempDir(), fmt.Sprintf("ledger-%d.db", round))
-		a, b := openSQLiteAt(t, path), openSQLiteAt(t, path)
+	forEachBackend(t, func(t *testing.T, bk backend) {
+		for round := range rounds {
+			t.Run(fmt.Sprintf("round-%d", round), func(t *testing.T) {
+				dsn := bk.dsn(t)
+				a, b := openDSN(t, dsn), openDSN(t, dsn)
 
-		var inserted [2]int
-		var g errgroup.Group
-		for i, db := range []*DB{a, b} {
-			g.Go(func() error {
-				l := db.Ledger(false)
-				if err := l.RaiseFence(t.Context(), token(7)); err != nil {
-					return err
+				var inserted [2]int
+				var g errgroup.Group
+				for i, db := range []*DB{a, b} {
+					g.Go(func() error {
+						l := db.Ledger(false)
+						if err := l.RaiseFence(t.Context(), token(7)); err != nil {
+							return err
+						}
+						for _, e := range batch {
+							ok, err := l.Post(t.Context(), token(7), e)
+							if err != nil {
+								return err
+							}
+							if ok {
+								inserted[i]++
+							}
+						}
+						return nil
+					})
 				}
-				for _, e := range batch {
-					ok, err := l.Post(t.Context(), token(7), e)
-					if err != nil {
-						return err
-					}
-					if ok {
-						inserted[i]++
+				if err := g.Wait(); err != nil {
+					t.Fatal(err)
+				}
+				if n := countRows(t, a, "ledger_entries"); n != entries {
+					t.Fatalf("%d rows, want %d", n, entries)
+				}
+				if got := inserted[0] + inserted[1]; got != entries {
+					t.Fatalf("%d inserts reported (%d + %d), want %d", got, inserted[0], inserted[1], entries)
+				}
+				stored, err := b.Ledger(false).ListRun(t.Context(), run)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, e := range stored {
+					if want := byKey(batch, e.Key); e != want {
+						t.Fatalf("row %d = %+v, want %+v", i, e, want)
 					}
 				}
-				return nil
 			})
 		}
-		if err := g.Wait(); err != nil {
-			t.Fatalf("round %d: %v", round, err)
-		}
-		if n := countRows(t, a, "ledger_entries"); n != entries {
-			t.Fatalf("round %d: %d rows, want %d", round, n, entries)
-		}
-		if got := inserted[0] + inserted[1]; got != entries {
-			t.Fatalf("round %d: %d inserts reported (%d + %d), want %d", round, got, inserted[0], inserted[1], entries)
-		}
-		stored, err := b.Ledger(false).ListRun(t.Context(), run)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, e := range stored {
-			if want := byKey(batch, e.Key); e != want {
-				t.Fatalf("round %d: row %d = %+v, want %+v", round, i, e, want)
-			}
-		}
-	}
+	})
 }
 
 func byKey(batch []Entry, key string) Entry {

@@ -2,6 +2,7 @@ package books
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -9,9 +10,10 @@ import (
 	"github.com/cairnhq/cairn/pkg/fence"
 )
 
-func TestLedgerContractSQLite(t *testing.T) {
-	t.Parallel()
-	testLedgerContract(t, openSQLite)
+func TestLedgerContract(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		testLedgerContract(t, b.open)
+	})
 }
 
 // testLedgerContract is what every implementation of the ledger and the stock
@@ -30,6 +32,7 @@ func testLedgerContract(t *testing.T, open func(t *testing.T) *DB) {
 		{"foreign epoch writes nothing", contractForeignEpoch},
 		{"token of another run is refused", contractOtherRun},
 		{"list is ordered by key", contractListOrder},
+		{"tokens and amounts beyond 32 bits", contractWide},
 		{"shadow tables are apart", contractShadow},
 		{"apply changes the level once", contractApply},
 		{"apply of an existing key with another payload conflicts", contractApplyConflict},
@@ -221,6 +224,13 @@ func contractListOrder(t *testing.T, db *DB) {
 		mustPost(t, l, token(1), e)
 		want = append(want, e.Key)
 	}
+	// Byte order, whatever the database's collation: a linguistic one puts INV-a
+	// before INV-B.
+	for _, invoice := range []string{"INV-b", "INV-B", "INV-a"} {
+		e := entry(invoice, 1, "qty", 1)
+		mustPost(t, l, token(1), e)
+		want = append(want, e.Key)
+	}
 	slices.Sort(want)
 	// Another run's rows are not listed.
 	o := entry("INV-1", 1, "qty", 1)
@@ -237,6 +247,37 @@ func contractListOrder(t *testing.T, db *DB) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("ListRun keys = %v, want %v", got, want)
+	}
+}
+
+// Tokens are stream revisions and amounts are paise: both outgrow 32 bits.
+func contractWide(t *testing.T, db *DB) {
+	l := db.Ledger(false)
+	high := token(1<<40 + 3)
+	if err := l.RaiseFence(t.Context(), high); err != nil {
+		t.Fatal(err)
+	}
+	e := entry("INV-1", 1, "price", 1<<40+7)
+	mustPost(t, l, high, e)
+	if got := mustGet(t, l, e.Key); got != e {
+		t.Fatalf("Get = %+v, want %+v", got, e)
+	}
+	if _, err := l.Post(t.Context(), token(1<<40+2), entry("INV-1", 2, "price", 1)); !errors.Is(err, fence.ErrFenced) {
+		t.Fatalf("Post under a lower 41-bit token = %v, want ErrFenced", err)
+	}
+	top := token(math.MaxInt64)
+	if err := l.RaiseFence(t.Context(), top); err != nil {
+		t.Fatalf("RaiseFence to the largest token: %v", err)
+	}
+	if _, err := l.Post(t.Context(), high, entry("INV-1", 3, "price", 1)); !errors.Is(err, fence.ErrFenced) {
+		t.Fatalf("Post under %d after the fence rose to %d = %v, want ErrFenced", high.Value, top.Value, err)
+	}
+
+	s := db.Stock(false)
+	setLevel(t, db, "stock_levels", "ldh", "NUT-M8", 1<<33, 1<<41)
+	mustApply(t, s, top, adjustment("INV-1", 1, "price", 1<<32, 1<<40)) // the ledger's fences are the stock's here
+	if got, want := level(t, s, "ldh", "NUT-M8"), (Level{1<<33 + 1<<32, 1<<41 + 1<<40}); got != want {
+		t.Fatalf("level = %+v, want %+v", got, want)
 	}
 }
 

@@ -8,13 +8,7 @@ import (
 	"strings"
 
 	"github.com/cairnhq/cairn/pkg/fence"
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
-
-// The SQLite connection settings of DESIGN.md: WAL, a busy timeout, foreign
-// keys, and write transactions that take the write lock when they begin (so
-// a read inside one is never upgraded into SQLITE_BUSY).
-const sqliteParams = "_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_txlock=immediate"
 
 // DB is one outside database: the ledger, or the ERP database that holds the
 // stock store. Both hold every table of the contract.
@@ -23,56 +17,38 @@ type DB struct {
 	dialect fence.Dialect
 }
 
-// Open opens a DSN "sqlite:PATH" and creates the contract's tables (and their
-// shadow_ copies) where missing. PostgreSQL DSNs are not supported yet.
+// Open opens a DSN, "sqlite:PATH" or "postgres://..." (also "postgresql://..."), and
+// creates the contract's tables (and their shadow_ copies) where missing. Errors name a
+// postgres DSN without its password.
 func Open(ctx context.Context, dsn string) (*DB, error) {
 	scheme, path, ok := strings.Cut(dsn, ":")
 	if !ok {
-		return nil, fmt.Errorf("opening books: DSN without a scheme (want sqlite:PATH): %w", ErrUnsupportedDSN)
+		return nil, fmt.Errorf("opening books: DSN without a scheme (want sqlite:PATH or postgres://...): %w", ErrUnsupportedDSN)
 	}
 	switch scheme {
 	case "sqlite":
+		return openSQLiteFile(ctx, dsn, path)
 	case "postgres", "postgresql":
-		// Name the scheme only: the rest of a postgres DSN may hold a password.
-		return nil, fmt.Errorf("opening books: DSN scheme %q is not supported yet (only sqlite:PATH): %w", scheme, ErrUnsupportedDSN)
+		return openPostgres(ctx, scheme, dsn)
 	default:
-		return nil, fmt.Errorf("opening books: DSN scheme %q (want sqlite:PATH): %w", scheme, ErrUnsupportedDSN)
+		return nil, fmt.Errorf("opening books: DSN scheme %q (want sqlite:PATH or postgres://...): %w", scheme, ErrUnsupportedDSN)
 	}
-	if err := checkSQLitePath(path); err != nil {
-		return nil, fmt.Errorf("opening books %q: %w", dsn, err)
-	}
-	sqlDB, err := sql.Open("sqlite", "file:"+path+"?"+sqliteParams)
-	if err != nil {
-		return nil, fmt.Errorf("opening books %q: %w", dsn, err)
-	}
-	db := &DB{sql: sqlDB, dialect: fence.SQLite}
-	if err := sqlDB.PingContext(ctx); err != nil {
-		sqlDB.Close()
-		return nil, fmt.Errorf("opening books %q: %w", dsn, err)
-	}
-	if err := db.createTables(ctx); err != nil {
-		sqlDB.Close()
-		return nil, fmt.Errorf("opening books %q: %w", dsn, err)
-	}
-	return db, nil
 }
 
-func checkSQLitePath(path string) error {
-	switch {
-	case path == "":
-		return fmt.Errorf("empty path: %w", ErrUnsupportedDSN)
-	case path == ":memory:" || strings.HasPrefix(path, "file:"):
-		// An in-memory database is one per connection, not one store.
-		return fmt.Errorf("path %q is not a file path: %w", path, ErrUnsupportedDSN)
-	case strings.ContainsAny(path, "?#"):
-		return fmt.Errorf("path %q holds ? or #: %w", path, ErrUnsupportedDSN)
+// init checks the connection and creates the tables.
+func (db *DB) init(ctx context.Context) error {
+	if err := db.sql.PingContext(ctx); err != nil {
+		return err
 	}
-	return nil
-}
-
-func (db *DB) createTables(ctx context.Context) error {
 	return db.write(ctx, func(tx *sql.Tx) error {
-		for _, stmt := range schema() {
+		if db.dialect == fence.Postgres {
+			// Two processes creating the same table at once can collide in
+			// PostgreSQL's catalogue even with IF NOT EXISTS: take turns.
+			if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, schemaLockKey); err != nil {
+				return fmt.Errorf("locking the schema: %w", err)
+			}
+		}
+		for _, stmt := range schema(db.dialect) {
 			if _, err := tx.ExecContext(ctx, stmt); err != nil {
 				return fmt.Errorf("creating tables: %w", err)
 			}
@@ -87,7 +63,8 @@ func (db *DB) Close() error {
 }
 
 // SQL returns the underlying database, for readers outside the contract
-// (tests, the ERP tables others own).
+// (tests, the ERP tables others own). Queries on it are in the database's own
+// SQL: ? placeholders on SQLite, $1, $2, ... on PostgreSQL.
 func (db *DB) SQL() *sql.DB {
 	return db.sql
 }
@@ -104,7 +81,15 @@ func (db *DB) Stock(shadow bool) *Stock {
 
 // write runs fn in one write transaction and commits it when fn returns nil.
 func (db *DB) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := db.sql.BeginTx(ctx, nil)
+	var opts *sql.TxOptions
+	if db.dialect == fence.Postgres {
+		// Said, not assumed: a server whose default is SERIALIZABLE would fail
+		// concurrent posters with serialization errors. Under READ COMMITTED the
+		// fence upsert's row lock queues the writes of a run, and an insert that
+		// meets a key committed meanwhile does nothing and reads it back.
+		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	tx, err := db.sql.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("beginning transaction: %w", err)
 	}
@@ -116,6 +101,15 @@ func (db *DB) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		return fmt.Errorf("committing: %w", err)
 	}
 	return nil
+}
+
+// orderByKey orders rows by key in byte order, as SQLite's BINARY collation
+// does; PostgreSQL would otherwise sort by the database's collation.
+func (db *DB) orderByKey() string {
+	if db.dialect == fence.Postgres {
+		return ` ORDER BY key COLLATE "C"`
+	}
+	return ` ORDER BY key`
 }
 
 // q turns a query written with ? placeholders into the dialect's spelling.

@@ -8,11 +8,32 @@
 // that holds another payload is [ErrConflict], naming both. A stock adjustment
 // changes stock_levels in the same transaction, and only when it was inserted.
 //
-// The tables are a contract, the same in SQLite and PostgreSQL. Only SQLite is
-// implemented: it is opened in WAL mode with a busy timeout, foreign keys on,
-// and write transactions that begin IMMEDIATE, so two processes posting the
-// same keys queue on the write lock instead of failing with SQLITE_BUSY.
-// Queries are written with ? placeholders and rebound for another dialect.
+// The tables are a contract, the same in SQLite and PostgreSQL, and one contract
+// suite runs against both. Queries are written with ? placeholders and rebound
+// for PostgreSQL.
+//
+// # SQLite
+//
+// "sqlite:PATH" is opened in WAL mode with a busy timeout, foreign keys on, and
+// write transactions that begin IMMEDIATE, so two processes posting the same
+// keys queue on the write lock instead of failing with SQLITE_BUSY.
+//
+// # PostgreSQL
+//
+// "postgres://..." is opened through pgx's database/sql driver. What differs:
+//
+//   - Every INTEGER of the contract is a BIGINT, as wide as SQLite's: tokens are
+//     stream revisions, and amounts in paise outgrow 32 bits.
+//   - Lists are ordered by key COLLATE "C", the byte order SQLite uses, whatever
+//     collation the database sorts by.
+//   - Writes run under READ COMMITTED. The fence upsert (GREATEST for max) takes
+//     the run's fence row lock first, so the writes of one run queue behind each
+//     other; an insert whose key another transaction committed meanwhile does
+//     nothing (ON CONFLICT DO NOTHING) and the next statement reads that row:
+//     the same payload is a no-op, another is [ErrConflict], never a unique-key
+//     error from the database.
+//   - Open creates the tables under an advisory lock, so processes that start
+//     together do not collide in PostgreSQL's catalogue.
 //
 // Shadow runs use the shadow_ copies of every table, selected by the shadow
 // flag of [DB.Ledger] and [DB.Stock].

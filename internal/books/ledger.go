@@ -164,9 +164,10 @@ func (l *Ledger) Get(ctx context.Context, key string) (Entry, bool, error) {
 	return l.get(ctx, l.db.sql, key)
 }
 
-// ListRun returns every entry of a run, reversals included, ordered by key.
+// ListRun returns every entry of a run, reversals included, ordered by key byte by byte
+// (on PostgreSQL too, whatever the database's collation).
 func (l *Ledger) ListRun(ctx context.Context, runID string) ([]Entry, error) {
-	rows, err := l.db.sql.QueryContext(ctx, l.db.q(`SELECT `+entryColumns+` FROM `+l.t.ledger+` WHERE run_id = ? ORDER BY key`), runID)
+	rows, err := l.db.sql.QueryContext(ctx, l.db.q(`SELECT `+entryColumns+` FROM `+l.t.ledger+` WHERE run_id = ?`+l.db.orderByKey()), runID)
 	if err != nil {
 		return nil, fmt.Errorf("listing ledger entries of run %q: %w", runID, err)
 	}

@@ -55,10 +55,12 @@ func (s *Stock) CopyLevelsToShadow(ctx context.Context, warehouse string, skus [
 	err := s.db.write(ctx, func(tx *sql.Tx) error {
 		return forChunks(skus, func(chunk []string) error {
 			// ON CONFLICT DO NOTHING rather than INSERT OR IGNORE: it ignores
-			// only the existing rows, and PostgreSQL spells it the same.
+			// only the existing rows, and PostgreSQL spells it the same. Rows go
+			// in sku order: two copies of the same skus at once then take their
+			// row locks in one order (PostgreSQL), and neither waits in a cycle.
 			query, args := inWarehouse(`INSERT INTO `+dst.levels+`(warehouse, sku, qty, value_paise)
 				SELECT warehouse, sku, qty, value_paise FROM `+src.levels, warehouse, chunk)
-			_, err := tx.ExecContext(ctx, s.db.q(query+` ON CONFLICT(warehouse, sku) DO NOTHING`), args...)
+			_, err := tx.ExecContext(ctx, s.db.q(query+` ORDER BY sku ON CONFLICT(warehouse, sku) DO NOTHING`), args...)
 			return err
 		})
 	})

@@ -1,6 +1,11 @@
 package books
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/cairnhq/cairn/pkg/fence"
+)
 
 // The tables of the contract (DESIGN.md, "The outside systems"), with %[1]s
 // standing for the table prefix: "" or "shadow_".
@@ -18,12 +23,23 @@ var tableTemplates = []string{
 
 const shadowPrefix = "shadow_"
 
+// schemaLockKey is the PostgreSQL advisory lock Open holds while it creates
+// the tables ("cairn" in ASCII).
+const schemaLockKey int64 = 0x636169726e
+
 // schema returns the statements that create every table and its shadow copy.
-func schema() []string {
+// SQLite's INTEGER holds 64 bits; PostgreSQL's holds 32, so there every
+// INTEGER is a BIGINT: tokens are stream revisions, and amounts and stock
+// values in paise outgrow 32 bits.
+func schema(d fence.Dialect) []string {
 	var stmts []string
 	for _, prefix := range []string{"", shadowPrefix} {
 		for _, tmpl := range tableTemplates {
-			stmts = append(stmts, fmt.Sprintf(tmpl, prefix))
+			stmt := fmt.Sprintf(tmpl, prefix)
+			if d == fence.Postgres {
+				stmt = strings.ReplaceAll(stmt, "INTEGER", "BIGINT")
+			}
+			stmts = append(stmts, stmt)
 		}
 	}
 	return stmts

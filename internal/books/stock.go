@@ -161,9 +161,10 @@ func (s *Stock) Get(ctx context.Context, key string) (Adjustment, bool, error) {
 	return s.get(ctx, s.db.sql, key)
 }
 
-// ListRun returns every adjustment of a run, reversals included, ordered by key.
+// ListRun returns every adjustment of a run, reversals included, ordered by key byte by byte
+// (on PostgreSQL too, whatever the database's collation).
 func (s *Stock) ListRun(ctx context.Context, runID string) ([]Adjustment, error) {
-	rows, err := s.db.sql.QueryContext(ctx, s.db.q(`SELECT `+adjustmentColumns+` FROM `+s.t.adjustments+` WHERE run_id = ? ORDER BY key`), runID)
+	rows, err := s.db.sql.QueryContext(ctx, s.db.q(`SELECT `+adjustmentColumns+` FROM `+s.t.adjustments+` WHERE run_id = ?`+s.db.orderByKey()), runID)
 	if err != nil {
 		return nil, fmt.Errorf("listing stock adjustments of run %q: %w", runID, err)
 	}
