@@ -2,7 +2,7 @@
 GO ?= go
 NATS_CLI_VERSION = v0.5.0
 
-.PHONY: build demo test test-short vet e2e-full bench nats-cli contract clean
+.PHONY: build demo test test-short vet e2e-full bench nats-cli contract deploy-check clean
 
 build:
 	$(GO) build -o bin/cairn ./cmd/cairn
@@ -15,6 +15,10 @@ demo: build
 # Unit and end-to-end tests, under the race detector.
 test: vet
 	$(GO) test -race -count=1 -timeout 14m ./...
+
+# The full crash matrix: every boundary and every write of every writing step (about 30 minutes).
+e2e-full:
+	CAIRN_E2E_FULL=1 $(GO) test -race -count=1 -timeout 120m -run TestCrashMatrixFull ./e2e
 
 test-short:
 	$(GO) test -short ./...
@@ -32,6 +36,15 @@ nats-cli:
 # The contracts, checked from the outside with the real NATS CLI and sqlite3.
 contract: nats-cli
 	PATH="$$PATH:$$($(GO) env GOPATH)/bin" ../shared/acceptance/contract-check.sh
+
+# deploy/: the NATS configurations through the real server's configuration test (a
+# nats-server built from the module in go.mod), then the compose file and the Kubernetes
+# manifests through a YAML parser (python3-yaml) and deploy/check.py.
+deploy-check:
+	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
+	cd deploy/nats && ../../bin/nats-server -t -c single.conf
+	cd deploy/nats && NATS_SERVER_NAME=nats-1 NATS_ROUTES='[nats://nats-1:6222, nats://nats-2:6222, nats://nats-3:6222]' ../../bin/nats-server -t -c cluster.conf
+	python3 deploy/check.py
 
 clean:
 	rm -rf bin .cairn

@@ -98,7 +98,7 @@ func (n *night) start(env ...string) {
 	n.t.Helper()
 	n.logs++
 	p, err := devproc.Start(cairnBin, append(os.Environ(), append([]string{"CAIRN_DATA_DIR=" + n.dir, "CAIRN_NATS_URL=" + n.url,
-		"CAIRN_HEARTBEAT=1s", "CAIRN_LEASE=5s", "CAIRN_ACK_WAIT=30s"}, env...)...),
+		"CAIRN_HEARTBEAT=1s", "CAIRN_LEASE=5s", "CAIRN_ACK_WAIT=10s"}, env...)...),
 		filepath.Join(n.dir, fmt.Sprintf("dev-%d.log", n.logs)), time.Minute)
 	if err != nil {
 		n.t.Fatal(err)

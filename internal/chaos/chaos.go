@@ -91,7 +91,7 @@ func Prepare(ctx context.Context, bin, dir string) (*Night, error) {
 }
 
 func (n *Night) dev(i int, fault string) (*devproc.Proc, error) {
-	env := append(os.Environ(), "CAIRN_DATA_DIR="+n.Dir, "CAIRN_NATS_URL="+n.url, "CAIRN_HEARTBEAT=1s", "CAIRN_LEASE=5s", "CAIRN_ACK_WAIT=30s")
+	env := append(os.Environ(), "CAIRN_DATA_DIR="+n.Dir, "CAIRN_NATS_URL="+n.url, "CAIRN_HEARTBEAT=1s", "CAIRN_LEASE=5s", "CAIRN_ACK_WAIT=10s")
 	if fault != "" {
 		env = append(env, "CAIRN_FAULTS="+fault)
 	}

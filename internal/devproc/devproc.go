@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -40,6 +41,8 @@ func StartArgs(bin string, args []string, env []string, logPath string, within t
 		return nil, fmt.Errorf("log of %s: %w", name, err)
 	}
 	cmd := exec.Command(bin, args...)
+	// The child dies with its parent: a test that panics leaves no server running.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Env = env
 	cmd.Stderr = logf
 	out, err := cmd.StdoutPipe()

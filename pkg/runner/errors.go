@@ -23,10 +23,26 @@ var (
 )
 
 // Temporary marks err as temporary.
-func Temporary(err error) error { return errors.Join(ErrTemporary, err) }
+func Temporary(err error) error {
+	if err == nil {
+		return ErrTemporary
+	}
+	return classed{ErrTemporary, err}
+}
 
 // Permanent marks err as permanent.
-func Permanent(err error) error { return errors.Join(ErrPermanent, err) }
+func Permanent(err error) error {
+	if err == nil {
+		return ErrPermanent
+	}
+	return classed{ErrPermanent, err}
+}
+
+// classed is an error with its class: it reads as the error alone, and is both.
+type classed struct{ class, err error }
+
+func (c classed) Error() string   { return c.err.Error() }
+func (c classed) Unwrap() []error { return []error{c.class, c.err} }
 
 type class int
 
