@@ -65,3 +65,15 @@ func TestCLIGenStartApproveCancel(t *testing.T) {
 		t.Error("cancelling a cancelled run exited 0")
 	}
 }
+
+// cairn demo: the reference night with a real crash at ledger entry 24, resumed, every
+// figure equal to the ground truth.
+func TestDemo(t *testing.T) {
+	n := newNight(t, 0)
+	quickExit(t)
+	out, code := n.cli("demo", "--dir", filepath.Join(n.dir, "demo"))
+	if code != 0 || strings.Contains(out, "DIFFERS") || !strings.Contains(out, "the process died at entry 24 of post-ledger") ||
+		!strings.Contains(out, "ledger rows                              40                     40             ok") {
+		t.Fatalf("cairn demo (exit %d):\n%s", code, out)
+	}
+}

@@ -348,3 +348,19 @@ func TestNatsCLICancel(t *testing.T) {
 		t.Errorf("audit %v: want one run.cancelled", c)
 	}
 }
+
+// A run waiting for approval is approved with a plain `nats pub cairn.runs.RUN.approve ''`.
+func TestNatsCLIApprove(t *testing.T) {
+	bin := natsCLI(t)
+	quickExit(t)
+	n := newNight(t, 0)
+	n.start(approvalEnv)
+	n.startRun()
+	n.waitingForApproval()
+	n.natsRun(bin, "pub", events.RunSubject(runID, events.VerbApprove), "")
+	rec := n.waitStatus(runLimit, kc.Done, kc.HandedOver)
+	if rec.Status != kc.Done || rec.Approval == nil || rec.Approval.By == nil {
+		t.Fatalf("status %s, approval %+v", rec.Status, rec.Approval)
+	}
+	n.assertTruth()
+}
