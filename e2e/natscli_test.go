@@ -349,7 +349,7 @@ func TestNatsCLICancel(t *testing.T) {
 	}
 }
 
-// A run waiting for approval is approved with a plain `nats pub cairn.runs.RUN.approve ''`.
+// A run waiting for approval is approved by a plain nats pub of an empty approve command.
 func TestNatsCLIApprove(t *testing.T) {
 	bin := natsCLI(t)
 	quickExit(t)

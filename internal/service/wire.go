@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,7 +45,7 @@ func Connect(c Config, name string) (*nats.Conn, jetstream.JetStream, error) {
 	}
 	nc, err := nats.Connect(c.NATSURL, opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connecting to CAIRN_NATS_URL %s: %w", c.NATSURL, err)
+		return nil, nil, fmt.Errorf("connecting to CAIRN_NATS_URL %s: %w", redacted(c.NATSURL), err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -52,6 +53,17 @@ func Connect(c Config, name string) (*nats.Conn, jetstream.JetStream, error) {
 		return nil, nil, fmt.Errorf("JetStream on %s: %w", c.NATSURL, err)
 	}
 	return nc, js, nil
+}
+
+// redacted hides the passwords of a (comma-separated) server list.
+func redacted(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil {
+			parts[i] = u.Redacted()
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // Deps are the handles every service shares.

@@ -212,7 +212,7 @@ func compareStream(got, want jetstream.StreamConfig) error {
 		diff("storage", got.Storage, want.Storage)
 	}
 	if got.Replicas != want.Replicas {
-		diff("replicas (changing replicas needs new assets)", got.Replicas, want.Replicas)
+		diffs = append(diffs, replicasDiff("stream "+want.Name, got.Replicas, want.Replicas))
 	}
 	if got.PersistMode != want.PersistMode {
 		diff("persist mode", got.PersistMode, want.PersistMode)
@@ -244,7 +244,7 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.Ke
 	got := s.CachedInfo().Config
 	var diffs []error
 	if got.Replicas != want.Replicas {
-		diffs = append(diffs, fmt.Errorf("bucket %s: replicas is %d, want %d (changing replicas needs new assets): %w", want.Bucket, got.Replicas, want.Replicas, ErrMismatch))
+		diffs = append(diffs, replicasDiff("bucket "+want.Bucket, got.Replicas, want.Replicas))
 	}
 	if got.Storage != want.Storage {
 		diffs = append(diffs, fmt.Errorf("bucket %s: storage is %v, want %v: %w", want.Bucket, got.Storage, want.Storage, ErrMismatch))
@@ -279,7 +279,7 @@ func ensureObjectStore(ctx context.Context, js jetstream.JetStream, want jetstre
 	got := s.CachedInfo().Config
 	var diffs []error
 	if got.Replicas != want.Replicas {
-		diffs = append(diffs, fmt.Errorf("object store %s: replicas is %d, want %d: %w", want.Bucket, got.Replicas, want.Replicas, ErrMismatch))
+		diffs = append(diffs, replicasDiff("object store "+want.Bucket, got.Replicas, want.Replicas))
 	}
 	if got.Storage != want.Storage {
 		diffs = append(diffs, fmt.Errorf("object store %s: storage is %v, want %v: %w", want.Bucket, got.Storage, want.Storage, ErrMismatch))
@@ -322,7 +322,17 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, want Consumer, 
 	if len(got.BackOff) > 0 {
 		diff("backoff", got.BackOff, "none")
 	}
+	if got.Replicas != want.Config.Replicas {
+		diffs = append(diffs, replicasDiff("consumer "+name+" on "+want.Stream, got.Replicas, want.Config.Replicas))
+	}
 	return errors.Join(diffs...)
+}
+
+// replicasDiff reports an asset's replicas that differ from CAIRN_REPLICAS. The server could
+// move an asset to other replicas, but Cairn never does it behind the operator's back: it
+// changes where the data lives and how much of it survives a lost node.
+func replicasDiff(asset string, got, want int) error {
+	return fmt.Errorf("%s: replicas is %d, want %d (CAIRN_REPLICAS): %w", asset, got, want, ErrMismatch)
 }
 
 func newEpoch() string {
