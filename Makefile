@@ -27,8 +27,15 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l cmd internal pkg services e2e)" || { echo "gofmt needed:"; gofmt -l cmd internal pkg services e2e; exit 1; }
 
+# Issue 8's measurements at WORKLOAD.md's sizes, on a build without -race: the figures and the
+# README's table go to bench/results/ (latest.json, latest.md), the hot paths' testing.B
+# benchmarks to bench/results/micro.txt. The many-nights measurement runs 50 nights: at
+# 1,000 the outbox listings exhaust CAIRN_OUTBOX's 1,000 consumers (see bench/README.md).
+BENCH_MANY_RUNS ?= 50
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+	$(GO) build -o bin/cairn ./cmd/cairn
+	./bin/cairn bench all --many-runs $(BENCH_MANY_RUNS) --out bench/results/latest.json --markdown bench/results/latest.md
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/kvcheckpoint ./pkg/events ./pkg/runner | tee bench/results/micro.txt
 
 nats-cli:
 	command -v nats >/dev/null || $(GO) install github.com/nats-io/natscli/nats@$(NATS_CLI_VERSION)

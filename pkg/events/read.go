@@ -28,7 +28,8 @@ func ReadSubject(ctx context.Context, js jetstream.JetStream, stream, subject st
 	if err != nil {
 		return nil, fmt.Errorf("reading %s on %s: %w", subject, stream, err)
 	}
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	// The reader's consumer goes away soon after the read: a stream allows only so many.
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}, InactiveThreshold: 15 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("reading %s on %s: %w", subject, stream, err)
 	}

@@ -20,6 +20,12 @@
 // back: the run is handed over by its note alone and the entry stays for a person
 // to inspect.
 //
+// The sum is computed in one pass by a canonicalizer that knows what records hold, and
+// records are decoded by a decoder written for [Record]; anything either does not know
+// (a fraction, a duplicate key, an unknown field) goes to encoding/json and
+// gowebpki/jcs, whose answer is the one that counts (fuzz tests hold the two paths
+// equal).
+//
 // cairn init gives the bucket a random cairn.epoch in its stream metadata; [Open]
 // reads it and every record carries it. A record of another epoch ([ErrForeignEpoch])
 // was written under other NATS storage, where revisions, and so tokens, counted
@@ -60,6 +66,15 @@
 //
 // [Store.Mutate] re-reads and re-applies on every conflict, and [Store.Take] answers
 // a conflict with [ErrConflict]: the caller reads again and decides again.
+//
+// # Records this store wrote
+//
+// A store remembers the last record it wrote for each run. [Store.LoadAt] hands it
+// back, without a read, when a step event names that very revision: the step a commit
+// of this process scheduled (services sharing one process, as under cairn dev). The
+// record may be older than the latest, when another process wrote after it; every
+// write is a compare-and-set on the revision read, so a write based on it is refused
+// and the writer reads the latest then.
 //
 // # A step's states
 //

@@ -27,7 +27,7 @@ type fixture struct {
 	store *kc.Store
 }
 
-func setup(t *testing.T) *fixture {
+func setup(t testing.TB) *fixture {
 	t.Helper()
 	js := natstest.JetStream(t)
 	ctx := testContext(t)
@@ -45,7 +45,7 @@ func setup(t *testing.T) *fixture {
 }
 
 // testContext bounds every call of a test, so a hang fails instead of blocking the run.
-func testContext(t *testing.T) context.Context {
+func testContext(t testing.TB) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)

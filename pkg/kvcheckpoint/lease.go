@@ -102,6 +102,9 @@ func (h *Holder) Write(ctx context.Context, fn func(r *Record) error) error {
 		cancel()
 		if err == nil {
 			h.rec, h.rev = next, newRev
+			if next.Lease == nil { // a release: it may schedule the next step
+				h.store.written.put(h.runID, newRev, next)
+			}
 			return nil
 		}
 		if !h.store.retryable(err) {

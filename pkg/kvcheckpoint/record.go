@@ -167,15 +167,64 @@ func NewStep() *Step {
 
 // Clone returns a deep copy.
 func (r *Record) Clone() *Record {
-	b, err := json.Marshal(r)
-	if err != nil {
-		panic("kvcheckpoint: record does not marshal: " + err.Error())
+	c := *r
+	c.Pipeline = slices.Clone(r.Pipeline)
+	if r.Steps != nil {
+		c.Steps = make(map[string]*Step, len(r.Steps))
+		for name, s := range r.Steps {
+			c.Steps[name] = s.clone()
+		}
 	}
-	var c Record
-	if err := json.Unmarshal(b, &c); err != nil {
-		panic("kvcheckpoint: record does not unmarshal: " + err.Error())
+	c.SourceFingerprint = clonePtr(r.SourceFingerprint)
+	c.StockSnapshot = r.StockSnapshot.clone()
+	c.Lease = clonePtr(r.Lease)
+	c.Requests = slices.Clone(r.Requests)
+	if a := r.Approval; a != nil {
+		c.Approval = &Approval{Step: a.Step, PlanDigest: a.PlanDigest, By: clonePtr(a.By), At: clonePtr(a.At)}
+	}
+	c.Handover = clonePtr(r.Handover)
+	if u := r.Undo; u != nil {
+		cu := *u
+		cu.Scope = slices.Clone(u.Scope)
+		c.Undo = &cu
 	}
 	return &c
+}
+
+func (s *Step) clone() *Step {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.StartedAt = clonePtr(s.StartedAt)
+	c.FinishedAt = clonePtr(s.FinishedAt)
+	c.Output = s.Output.clone()
+	c.InputFingerprint = clonePtr(s.InputFingerprint)
+	c.Versions = Versions{Code: clonePtr(s.Versions.Code), Prompt: clonePtr(s.Versions.Prompt), Schema: clonePtr(s.Versions.Schema), Model: clonePtr(s.Versions.Model)}
+	c.Token = clonePtr(s.Token)
+	c.Effects = clonePtr(s.Effects)
+	c.Parked = slices.Clone(s.Parked)
+	c.ParkedArtifact = s.ParkedArtifact.clone()
+	c.LastError = clonePtr(s.LastError)
+	return &c
+}
+
+func (o *Output) clone() *Output {
+	if o == nil {
+		return nil
+	}
+	c := *o
+	c.Inline = slices.Clone(o.Inline)
+	return &c
+}
+
+// clonePtr copies what p points at (a struct of values only, or a value).
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
 }
 
 // Step returns the named step; it panics on a name outside the pipeline, a programming error.

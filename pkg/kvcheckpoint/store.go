@@ -27,6 +27,7 @@ type Store struct {
 	epoch  string
 
 	conflicts atomic.Int64
+	written   written
 }
 
 // Open looks up the bucket and its epoch. The bucket must exist (cairn init creates it).
@@ -74,6 +75,7 @@ func (s *Store) Create(ctx context.Context, r *Record) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("creating checkpoint %q: %w", r.RunID, err)
 	}
+	s.written.put(r.RunID, rev, r)
 	return rev, nil
 }
 
@@ -177,6 +179,7 @@ func (s *Store) MutateFrom(ctx context.Context, cur *Record, rev uint64, runID s
 		newRev, err := s.kv.Update(wctx, runID, b, rev)
 		cancel()
 		if err == nil {
+			s.written.put(runID, newRev, next)
 			return next, newRev, nil
 		}
 		if !s.retryable(err) {

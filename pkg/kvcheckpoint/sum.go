@@ -1,6 +1,7 @@
 package kvcheckpoint
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -12,6 +13,9 @@ import (
 // MaxSize is the largest record this package writes.
 const MaxSize = 8 * 1024
 
+// sumTail is how a record marshalled with an empty sum ends: Sum is its last field.
+var sumTail = []byte(`"sum":""}`)
+
 // Encode marshals r with its sum set: sha256 of the RFC 8785 form of the record without "sum".
 func Encode(r *Record) ([]byte, error) {
 	r.Sum = ""
@@ -19,13 +23,16 @@ func Encode(r *Record) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding checkpoint %q: %w", r.RunID, err)
 	}
-	sum, err := sumOf(raw)
+	sum, err := recordSum(r, raw)
 	if err != nil {
 		return nil, fmt.Errorf("summing checkpoint %q: %w", r.RunID, err)
 	}
 	r.Sum = sum
-	out, err := json.Marshal(r)
-	if err != nil {
+	var out []byte
+	if bytes.HasSuffix(raw, sumTail) {
+		// The sum goes where the empty one was: one marshal, not two.
+		out = append(raw[:len(raw)-2:len(raw)-2], sum+`"}`...)
+	} else if out, err = json.Marshal(r); err != nil {
 		return nil, fmt.Errorf("encoding checkpoint %q: %w", r.RunID, err)
 	}
 	if len(out) > MaxSize {
@@ -36,24 +43,22 @@ func Encode(r *Record) ([]byte, error) {
 
 // Decode checks the sum on the parsed JSON, before it is decoded into structs, then decodes.
 func Decode(b []byte) (*Record, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%w: not a JSON object: %v", ErrCorrupt, err)
-	}
-	var stored string
-	if err := json.Unmarshal(m["sum"], &stored); err != nil || stored == "" {
-		return nil, fmt.Errorf("%w: no sum", ErrCorrupt)
-	}
-	want, err := sumOf(b)
+	stored, want, plain, err := checkSum(b)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return nil, err
 	}
 	if want != stored {
 		return nil, fmt.Errorf("%w: sum is %s, content sums to %s", ErrCorrupt, stored, want)
 	}
-	var r Record
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	r, ok := (*Record)(nil), false
+	if plain {
+		r, ok = decodeRecord(b)
+	}
+	if !ok {
+		r = &Record{}
+		if err := json.Unmarshal(b, r); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
 	}
 	if r.Schema != Schema {
 		return nil, fmt.Errorf("%w: schema %d, want %d", ErrCorrupt, r.Schema, Schema)
@@ -63,11 +68,61 @@ func Decode(b []byte) (*Record, error) {
 			return nil, fmt.Errorf("%w: step %q of the pipeline has no entry", ErrCorrupt, s)
 		}
 	}
-	return &r, nil
+	return r, nil
+}
+
+// checkSum parses b and returns the sum it carries and the sum of its content; plain says
+// the fast canonicalizer took it (see decodeRecord).
+func checkSum(b []byte) (stored, want string, plain bool, err error) {
+	c := getCanonical()
+	defer putCanonical(c)
+	if c.canonicalize(b) {
+		if !c.hasSum || len(c.sum) == 0 {
+			return "", "", false, fmt.Errorf("%w: no sum", ErrCorrupt)
+		}
+		return string(c.sum), digest(c.out), true, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return "", "", false, fmt.Errorf("%w: not a JSON object: %v", ErrCorrupt, err)
+	}
+	if err := json.Unmarshal(m["sum"], &stored); err != nil || stored == "" {
+		return "", "", false, fmt.Errorf("%w: no sum", ErrCorrupt)
+	}
+	if want, err = sumOfJCS(b); err != nil {
+		return "", "", false, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	return stored, want, false, nil
+}
+
+// recordSum is the sum of r, whose encoding with an empty sum is raw: written straight
+// from the struct where it can be, else from raw.
+func recordSum(r *Record, raw []byte) (string, error) {
+	c := getCanonical()
+	defer putCanonical(c)
+	if c.canonicalRecord(r) {
+		return digest(c.out), nil
+	}
+	return sumOf(raw)
 }
 
 // sumOf returns the sum of a JSON object with its "sum" member removed.
 func sumOf(b []byte) (string, error) {
+	c := getCanonical()
+	defer putCanonical(c)
+	if c.canonicalize(b) {
+		return digest(c.out), nil
+	}
+	return sumOfJCS(b)
+}
+
+func digest(canon []byte) string {
+	h := sha256.Sum256(canon)
+	return "sha256:" + hex.EncodeToString(h[:])
+}
+
+// sumOfJCS is sumOf by the general path: encoding/json, then gowebpki/jcs.
+func sumOfJCS(b []byte) (string, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(b, &m); err != nil {
 		return "", err
@@ -81,6 +136,5 @@ func sumOf(b []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	h := sha256.Sum256(canon)
-	return "sha256:" + hex.EncodeToString(h[:]), nil
+	return digest(canon), nil
 }

@@ -19,6 +19,18 @@
 //     in one compare-and-set.
 //  10. Publish the next step's event, wait for the audit events, ack.
 //
+// A record this process wrote at the revision that scheduled the event (its id names it) is
+// not read back at point 2 (kvcheckpoint's Store.LoadAt): the commit and the lease take
+// are compare-and-sets on that revision, so a record that moved on since refuses them and
+// is read then.
+//
+// # Concurrency
+//
+// Config.Concurrency (default 1) is how many messages a runner handles at once. Different
+// runs go on side by side; two messages of one run never do: the second (a duplicate
+// event) waits until the first is settled, keeping its own message alive meanwhile, and
+// then finds the step done. The lease protects a run across processes as before.
+//
 // # Errors
 //
 // A temporary error fails the attempt: the step goes back to pending with attempts + 1 and the

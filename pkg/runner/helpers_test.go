@@ -46,7 +46,7 @@ type fixture struct {
 	handovers jetstream.KeyValue
 }
 
-func setup(t *testing.T) *fixture {
+func setup(t testing.TB) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	js := natstest.JetStream(t)

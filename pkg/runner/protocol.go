@@ -18,10 +18,13 @@ import (
 )
 
 // attempt runs points 2 to 10 of the step protocol and says how to settle the message.
-func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.StepReady, redelivered bool) settleFunc {
+// scheduled is the revision whose write scheduled the event (0 if unknown).
+func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.StepReady, redelivered bool, scheduled uint64) settleFunc {
 	run, step := ready.RunID, r.cfg.StepName
-	// 2. Load and check sum and epoch.
-	rec, rev, err := r.cfg.Store.Load(ctx, run)
+	// 2. Load and check sum and epoch. A record this process wrote at the revision that
+	// scheduled the event is not read back: every write below is a compare-and-set on
+	// its revision, so a newer record refuses it and is read then.
+	rec, rev, remembered, err := r.cfg.Store.LoadAt(ctx, run, scheduled)
 	switch {
 	case errors.Is(err, kc.ErrNotFound):
 		return func(m jetstream.Msg) {
@@ -86,6 +89,9 @@ func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.Step
 		s.Versions = versions
 	})
 	if errors.Is(err, kc.ErrConflict) {
+		if remembered { // the record had moved on since this process wrote it: read it
+			return r.attempt(ctx, m, ready, redelivered, 0)
+		}
 		return nakAfter(100 * time.Millisecond)
 	}
 	if err != nil {

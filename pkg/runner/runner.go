@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +48,11 @@ type Config struct {
 	ParkLimit     float64       // default 0.1
 	MaxDeliver    int           // default 20
 	CodeVersion   string        // default v0.1.0
+	// Concurrency is how many messages the runner handles at once (default 1, at most
+	// 1000, the step consumers' MaxAckPending). Different runs go on in parallel; two
+	// messages of one run never do: the second waits for the first to be settled. With
+	// more than 1, Step.Run is called concurrently for different runs.
+	Concurrency int
 	// StopGrace is how long the step in hand may go on after ctx ends (SIGTERM) before it is
 	// stopped: lease released, message handed back with a delay. Default 10s.
 	StopGrace time.Duration
@@ -75,6 +81,7 @@ func (c Config) withDefaults() Config {
 	c.MaxDeliver = cmp.Or(c.MaxDeliver, 20)
 	c.CodeVersion = cmp.Or(c.CodeVersion, "v0.1.0")
 	c.StopGrace = cmp.Or(c.StopGrace, 10*time.Second)
+	c.Concurrency = cmp.Or(c.Concurrency, 1)
 	if c.Metrics == nil {
 		c.Metrics = metrics.New()
 	}
@@ -101,6 +108,9 @@ func (c Config) validate() error {
 	if _, ok := c.Step.(Planner); c.Approval && !ok {
 		errs = append(errs, fmt.Errorf("step %q cannot wait for approval: it cannot plan", c.StepName))
 	}
+	if c.Concurrency < 1 || c.Concurrency > maxConcurrency {
+		errs = append(errs, fmt.Errorf("concurrency %d is outside 1 to %d", c.Concurrency, maxConcurrency))
+	}
 	if c.Lease < 3*c.Heartbeat {
 		errs = append(errs, fmt.Errorf("the lease (%s) must be at least 3 heartbeats (%s)", c.Lease, c.Heartbeat))
 	}
@@ -117,6 +127,7 @@ type Runner struct {
 	log   *slog.Logger
 	m     *metrics.Metrics
 
+	runs        runGates
 	fencedTotal atomic.Int64
 }
 
@@ -163,15 +174,34 @@ func (r *Runner) Run(ctx context.Context) error {
 	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
 	var wg sync.WaitGroup
+	slots := make(chan struct{}, r.cfg.Concurrency)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		wg.Add(1)
-		defer wg.Done()
 		if ctx.Err() != nil {
 			_ = m.Nak() // stopping: a message still buffered goes back at once, for another instance
+			wg.Done()
 			return
 		}
-		r.Handle(work, m)
-	}, jetstream.PullMaxMessages(1))
+		if r.cfg.Concurrency == 1 {
+			defer wg.Done()
+			r.Handle(work, m)
+			return
+		}
+		// Wait for a free slot (this holds back the consumer's deliveries), then handle
+		// the message beside the others.
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			_ = m.Nak()
+			wg.Done()
+			return
+		}
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			r.Handle(work, m)
+		}()
+	}, jetstream.PullMaxMessages(r.cfg.Concurrency))
 	if err != nil {
 		return fmt.Errorf("consuming %q: %w", r.cfg.StepName, err)
 	}
@@ -220,6 +250,8 @@ func (r *Runner) Handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.TermWithReason(err.Error())
 		return
 	}
+	// One message of a run at a time: a duplicate waits until the first is settled.
+	defer r.runs.enter(ready.RunID, m, r.cfg.Heartbeat)()
 	ctx, span := tracing.Start(ctx, ev, "step "+r.cfg.StepName, attribute.String("cairn.step", r.cfg.StepName), attribute.Int64("cairn.delivered", int64(delivered)))
 	defer span.End()
 	if delivered >= uint64(r.cfg.MaxDeliver) {
@@ -227,8 +259,22 @@ func (r *Runner) Handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.TermWithReason("max deliver reached")
 		return
 	}
-	settle := r.attempt(ctx, m, ready, delivered > 1)
+	settle := r.attempt(ctx, m, ready, delivered > 1, scheduledAt(ev.ID, ready))
 	settle(m)
+}
+
+// scheduledAt is the checkpoint revision whose write scheduled a step event, from its id
+// (<run_id>:<step>:ready:<rev>); 0 when the id says none.
+func scheduledAt(id string, ready events.StepReady) uint64 {
+	rest, ok := strings.CutPrefix(id, ready.RunID+":"+ready.Step+":ready:")
+	if !ok {
+		return 0
+	}
+	rev, err := strconv.ParseUint(rest, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return rev
 }
 
 type settleFunc func(m jetstream.Msg)

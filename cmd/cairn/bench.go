@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+
+	"github.com/cairnhq/cairn/internal/bench"
+)
+
+const benchUsage = `usage: cairn bench <what> [flags]
+
+  transitions  K runs of an S-step pipeline of no-op steps through the step runner, C runs in
+               flight, and the raw JetStream floor in the same invocation
+               [--runs K] [--concurrency C] [--steps S] [--sync-always]
+  night        the reference night end to end under cairn dev [--invoices N --mismatches M]
+  resume       the night killed at entry 24 of post-ledger, and the restart's resume
+  many         R small nights at once [--runs R --invoices N]
+  all          every measurement at WORKLOAD.md's sizes, each in a process of its own
+               (transitions, night and resume --repeat times, medians reported); writes the
+               JSON and the README's table [--out FILE] [--markdown FILE] [--repeat N]
+               [--many-runs R] [--many-invoices N] [--big=false]
+
+Every measurement prints a table, or with --json one JSON object; --dir DIR keeps its data.`
+
+func cmdBench(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, benchUsage)
+		return errUsage
+	}
+	subs := map[string]func(context.Context, []string) error{
+		"transitions": benchTransitions,
+		"night":       benchNight,
+		"resume":      benchResume,
+		"many":        benchMany,
+		"all":         benchAll,
+	}
+	sub, ok := subs[args[0]]
+	if !ok {
+		if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+			fmt.Println(benchUsage)
+			return nil
+		}
+		fmt.Fprintln(os.Stderr, benchUsage)
+		return fmt.Errorf("%w: no measurement %q", errUsage, args[0])
+	}
+	return sub(ctx, args[1:])
+}
+
+// printed is a measurement's result: a table for people, or one JSON object.
+type printed interface {
+	Table(w io.Writer)
+}
+
+// emit prints a measurement's result, even a failed one's (what it measured so far): with
+// asJSON one object, with an "error" member when it failed.
+func emit(v printed, asJSON bool, failed error) error {
+	if asJSON {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		if failed != nil {
+			var m map[string]any
+			if err := json.Unmarshal(b, &m); err != nil {
+				return err
+			}
+			m["error"] = failed.Error()
+			if b, err = json.Marshal(m); err != nil {
+				return err
+			}
+		}
+		var out bytes.Buffer
+		if err := json.Indent(&out, b, "", "  "); err != nil {
+			return err
+		}
+		fmt.Println(out.String())
+		return failed
+	}
+	v.Table(os.Stdout)
+	return failed
+}
+
+func benchTransitions(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench transitions", flag.ContinueOnError)
+	runs := fs.Int("runs", 1000, "K: runs")
+	conc := fs.Int("concurrency", 16, "C: runs in flight (and messages each step runner handles at once)")
+	steps := fs.Int("steps", 10, "S: no-op steps a run")
+	syncAlways := fs.Bool("sync-always", false, "sync_interval: always (fsync every write before its ack)")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	dir := fs.String("dir", "", "keep the servers' storage in this folder; default a temporary one")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the measured part (Cairn's, not the floor's) to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c := bench.TransitionsConfig{Runs: *runs, Concurrency: *conc, Steps: *steps, SyncAlways: *syncAlways, Dir: *dir}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		c.Profile = func() func() {
+			if err := pprof.StartCPUProfile(f); err != nil {
+				fmt.Fprintln(os.Stderr, "cairn bench: cpu profile:", err)
+				return func() {}
+			}
+			return pprof.StopCPUProfile
+		}
+	}
+	res, err := bench.Transitions(ctx, c)
+	return emit(res, *asJSON, err)
+}
+
+func benchNight(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench night", flag.ContinueOnError)
+	dir := fs.String("dir", "", "keep the data, storage and logs in this folder (emptied first); default a temporary one")
+	invoices := fs.Int("invoices", 312, "invoices in the night")
+	mismatches := fs.Int("mismatches", 40, "mismatching lines")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	res, err := bench.Night(ctx, bench.NightConfig{Bin: self, Invoices: *invoices, Mismatches: *mismatches, Dir: *dir})
+	return emit(res, *asJSON, err)
+}
+
+func benchResume(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench resume", flag.ContinueOnError)
+	dir := fs.String("dir", "", "keep the data, storage and logs in this folder (emptied first); default a temporary one")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	res, err := bench.Resume(ctx, bench.ResumeConfig{Bin: self, Dir: *dir})
+	return emit(res, *asJSON, err)
+}
+
+func benchMany(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench many", flag.ContinueOnError)
+	dir := fs.String("dir", "", "keep the data, storage and logs in this folder (emptied first); default a temporary one")
+	runs := fs.Int("runs", 1000, "R: nights at once, one warehouse each")
+	invoices := fs.Int("invoices", 30, "N: invoices a night")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	res, err := bench.Many(ctx, bench.ManyConfig{Bin: self, Runs: *runs, Invoices: *invoices, Dir: *dir})
+	return emit(res, *asJSON, err)
+}
+
+func benchAll(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench all", flag.ContinueOnError)
+	out := fs.String("out", filepath.Join("bench", "results", "latest.json"), "write the JSON here")
+	md := fs.String("markdown", filepath.Join("bench", "results", "latest.md"), "write the README's table here")
+	repeat := fs.Int("repeat", 3, "runs of transitions, night and resume; medians are reported")
+	manyRuns := fs.Int("many-runs", 1000, "R of the many-nights measurement")
+	manyInvoices := fs.Int("many-invoices", 30, "N of the many-nights measurement")
+	big := fs.Bool("big", true, "also the big night (100,000 invoices) and its 10,000-invoice reference")
+	asJSON := fs.Bool("json", false, "print the JSON instead of the table")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	s, err := bench.All(ctx, bench.SuiteConfig{Bin: self, Repeat: *repeat, ManyRuns: *manyRuns, ManyInvoices: *manyInvoices, Big: *big, Log: os.Stderr})
+	if err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	var table bytes.Buffer
+	s.Markdown(&table)
+	for path, data := range map[string][]byte{*out: append(b, '\n'), *md: table.Bytes()} {
+		if path == "" {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			return err
+		}
+	}
+	if *asJSON {
+		fmt.Println(string(b))
+		return nil
+	}
+	fmt.Print(table.String())
+	return nil
+}

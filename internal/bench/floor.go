@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// FloorConfig says what RawFloor measures.
+type FloorConfig struct {
+	Runs, Concurrency, Steps int
+	SyncAlways               bool
+	ValueSize                int // bytes of each value and message; default 200
+	// ValueSizes, when set, are the KV value's sizes: [0] at the create, [s] at transition
+	// s (the published message stays ValueSize bytes).
+	ValueSizes []int
+	Dir        string
+	Timeout    time.Duration // default 10m
+}
+
+// Floor is the raw JetStream floor: what a bare loop doing one KV compare-and-set plus one
+// synchronous publish per transition makes on the same server settings.
+type Floor struct {
+	Transitions int     `json:"transitions"`
+	WallSeconds float64 `json:"wall_seconds"`
+	PerSecond   float64 `json:"transitions_per_second"`
+	CPUMicros   float64 `json:"cpu_us_per_transition"`
+}
+
+// RawFloor runs the bare loop: C workers take runs in turn; a run creates its key, then for
+// each of its S transitions updates the key conditioned on the revision it last wrote and
+// publishes one message to a stream, waiting for the stream's ack.
+func RawFloor(ctx context.Context, c FloorConfig) (Floor, error) {
+	c.ValueSize = cmp.Or(c.ValueSize, 200)
+	c.Timeout = cmp.Or(c.Timeout, 10*time.Minute)
+	f := Floor{Transitions: c.Runs * c.Steps}
+	if c.Dir == "" {
+		tmp, err := os.MkdirTemp("", "cairn-floor-")
+		if err != nil {
+			return f, err
+		}
+		defer os.RemoveAll(tmp)
+		c.Dir = tmp
+	}
+	srv, err := embedded(c.Dir, c.SyncAlways)
+	if err != nil {
+		return f, err
+	}
+	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+	nc, js, err := connect(srv, "cairn-bench-floor")
+	if err != nil {
+		return f, err
+	}
+	defer nc.Close()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "floor", History: 16, Storage: jetstream.FileStorage})
+	if err != nil {
+		return f, fmt.Errorf("raw floor bucket: %w", err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FLOOR", Subjects: []string{"floor.>"}, Storage: jetstream.FileStorage}); err != nil {
+		return f, fmt.Errorf("raw floor stream: %w", err)
+	}
+	value := []byte(`"` + strings.Repeat("x", max(c.ValueSize-2, 0)) + `"`)
+	values := make([][]byte, c.Steps+1)
+	for i := range values {
+		values[i] = value
+		if i < len(c.ValueSizes) {
+			values[i] = []byte(`"` + strings.Repeat("x", max(c.ValueSizes[i]-2, 0)) + `"`)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var once sync.Once
+	var failed error
+	began, cpu := time.Now(), cpuTime()
+	for range c.Concurrency {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > int64(c.Runs) || ctx.Err() != nil {
+					return
+				}
+				if err := floorRun(ctx, js, kv, fmt.Sprintf("run-%06d", i), value, values); err != nil {
+					once.Do(func() { failed = err; cancel() })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if failed != nil {
+		return f, fmt.Errorf("raw floor: %w", failed)
+	}
+	took := time.Since(began)
+	f.CPUMicros = float64((cpuTime() - cpu).Microseconds()) / float64(f.Transitions)
+	f.WallSeconds = took.Seconds()
+	f.PerSecond = float64(f.Transitions) / took.Seconds()
+	return f, nil
+}
+
+// join is two measurements of the floor as one.
+func (f Floor) join(g Floor) Floor {
+	j := Floor{Transitions: f.Transitions + g.Transitions, WallSeconds: f.WallSeconds + g.WallSeconds}
+	if j.WallSeconds > 0 {
+		j.PerSecond = float64(j.Transitions) / j.WallSeconds
+	}
+	if j.Transitions > 0 {
+		j.CPUMicros = (f.CPUMicros*float64(f.Transitions) + g.CPUMicros*float64(g.Transitions)) / float64(j.Transitions)
+	}
+	return j
+}
+
+func floorRun(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key string, msg []byte, values [][]byte) error {
+	rev, err := kv.Create(ctx, key, values[0])
+	if err != nil {
+		return err
+	}
+	for s := 1; s < len(values); s++ {
+		if rev, err = kv.Update(ctx, key, values[s], rev); err != nil {
+			return err
+		}
+		if _, err := js.Publish(ctx, fmt.Sprintf("floor.s%02d.%s", s, key), msg); err != nil {
+			return err
+		}
+	}
+	return nil
+}

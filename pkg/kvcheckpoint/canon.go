@@ -1,0 +1,357 @@
+package kvcheckpoint
+
+import (
+	"bytes"
+	"sync"
+	"unicode/utf8"
+)
+
+// canonical is a fast RFC 8785 (JCS) canonicalizer for the records this package writes. It
+// writes the canonical form of the JSON object src, without its top-level "sum" member, to
+// c.out, and keeps that member's raw string. It handles what records hold (objects, arrays,
+// strings with any escapes, integers of up to 15 digits, literals) in one pass; on anything
+// else (a fraction or exponent, a larger number, a duplicate key, a non-ASCII key, a lone
+// surrogate, invalid UTF-8 or invalid JSON) it gives up, and the caller falls back to the
+// general path (encoding/json and gowebpki/jcs), whose answer is therefore always the one
+// that counts.
+type canonical struct {
+	src    []byte
+	pos    int
+	out    []byte
+	tmp    []byte // scratch for sorting an object's members
+	sum    []byte // the top-level "sum" string, as written (no escapes)
+	mem    []member
+	names  []string // scratch for sorting step names
+	hasSum bool
+}
+
+// member is one member of the object being written, by offsets (no pointers, so sorting
+// costs no write barriers): its key in src (ASCII, no escapes), its value in tmp.
+type member struct {
+	kstart, kend, start, end int
+}
+
+var canonPool = sync.Pool{New: func() any { return &canonical{} }}
+
+func getCanonical() *canonical { return canonPool.Get().(*canonical) }
+
+// putCanonical keeps the buffers for the next record, not the input or its sum.
+func putCanonical(c *canonical) {
+	c.src, c.sum = nil, nil
+	canonPool.Put(c)
+}
+
+// canonicalize returns ok false when it cannot be sure of the answer (see canonical).
+func (c *canonical) canonicalize(src []byte) (ok bool) {
+	c.src, c.pos, c.out, c.sum, c.hasSum = src, 0, c.out[:0], nil, false
+	c.space()
+	if !c.object(true, 0) {
+		return false
+	}
+	c.space()
+	return c.pos == len(c.src)
+}
+
+func (c *canonical) space() {
+	for c.pos < len(c.src) {
+		switch c.src[c.pos] {
+		case ' ', '\t', '\n', '\r':
+			c.pos++
+		default:
+			return
+		}
+	}
+}
+
+const maxDepth = 64
+
+func (c *canonical) value(depth int) bool {
+	if c.pos >= len(c.src) || depth > maxDepth {
+		return false
+	}
+	switch b := c.src[c.pos]; {
+	case b == '{':
+		return c.object(false, depth+1)
+	case b == '[':
+		return c.array(depth + 1)
+	case b == '"':
+		return c.str()
+	case b == '-' || b >= '0' && b <= '9':
+		return c.number()
+	default:
+		for _, lit := range [...]string{"true", "false", "null"} {
+			if bytes.HasPrefix(c.src[c.pos:], []byte(lit)) {
+				c.out = append(c.out, lit...)
+				c.pos += len(lit)
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// object canonicalizes an object: its members sorted by key. At the top, the "sum" member is
+// left out and kept.
+func (c *canonical) object(top bool, depth int) bool {
+	if c.pos >= len(c.src) || c.src[c.pos] != '{' {
+		return false
+	}
+	c.pos++
+	start := len(c.out)
+	base := len(c.mem)
+	defer func() { c.mem = c.mem[:base] }()
+	c.space()
+	if c.pos < len(c.src) && c.src[c.pos] == '}' {
+		c.pos++
+		c.out = append(c.out, "{}"...)
+		return true
+	}
+	for {
+		c.space()
+		kstart := c.pos + 1
+		key, ok := c.key()
+		if !ok {
+			return false
+		}
+		c.space()
+		if c.pos >= len(c.src) || c.src[c.pos] != ':' {
+			return false
+		}
+		c.pos++
+		c.space()
+		if top && string(key) == "sum" {
+			if c.hasSum || !c.rawString() {
+				return false
+			}
+		} else {
+			vstart := len(c.out)
+			if !c.value(depth) {
+				return false
+			}
+			c.mem = append(c.mem, member{kstart: kstart, kend: kstart + len(key), start: vstart - start, end: len(c.out) - start})
+		}
+		c.space()
+		if c.pos >= len(c.src) {
+			return false
+		}
+		if c.src[c.pos] == '}' {
+			c.pos++
+			break
+		}
+		if c.src[c.pos] != ',' {
+			return false
+		}
+		c.pos++
+	}
+	ms := c.mem[base:]
+	// ASCII keys: byte order is UTF-16 code unit order. Objects are small: insertion sort.
+	src := c.src
+	for i := 1; i < len(ms); i++ {
+		for j := i; j > 0; j-- {
+			a, b := ms[j-1], ms[j]
+			switch bytes.Compare(src[a.kstart:a.kend], src[b.kstart:b.kend]) {
+			case 0:
+				return false // a duplicate key: left to the general path
+			case 1:
+				ms[j-1], ms[j] = b, a
+				continue
+			}
+			break
+		}
+	}
+	c.tmp = append(c.tmp[:0], c.out[start:]...)
+	c.out = append(c.out[:start], '{')
+	for i, m := range ms {
+		if i > 0 {
+			c.out = append(c.out, ',')
+		}
+		c.out = append(c.out, '"')
+		c.out = append(c.out, c.src[m.kstart:m.kend]...)
+		c.out = append(c.out, '"', ':')
+		c.out = append(c.out, c.tmp[m.start:m.end]...)
+	}
+	c.out = append(c.out, '}')
+	return true
+}
+
+// key reads an object key that is plain ASCII without escapes (every key of a record).
+func (c *canonical) key() ([]byte, bool) {
+	if c.pos >= len(c.src) || c.src[c.pos] != '"' {
+		return nil, false
+	}
+	start := c.pos + 1
+	for i := start; i < len(c.src); i++ {
+		switch b := c.src[i]; {
+		case b == '"':
+			c.pos = i + 1
+			return c.src[start:i], true
+		case b == '\\' || b < 0x20 || b >= 0x80:
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// rawString reads the top-level sum: a string without escapes.
+func (c *canonical) rawString() bool {
+	key, ok := c.key()
+	c.sum, c.hasSum = key, ok
+	return ok
+}
+
+func (c *canonical) array(depth int) bool {
+	c.pos++ // '['
+	c.out = append(c.out, '[')
+	c.space()
+	if c.pos < len(c.src) && c.src[c.pos] == ']' {
+		c.pos++
+		c.out = append(c.out, ']')
+		return true
+	}
+	for {
+		c.space()
+		if !c.value(depth) {
+			return false
+		}
+		c.space()
+		if c.pos >= len(c.src) {
+			return false
+		}
+		switch c.src[c.pos] {
+		case ']':
+			c.pos++
+			c.out = append(c.out, ']')
+			return true
+		case ',':
+			c.pos++
+			c.out = append(c.out, ',')
+		default:
+			return false
+		}
+	}
+}
+
+// number accepts integers of at most 15 digits, which RFC 8785 writes as they are (a
+// double holds them exactly); -0 is written 0 and is left to the general path.
+func (c *canonical) number() bool {
+	i := c.pos
+	if c.src[i] == '-' {
+		i++
+	}
+	digits := i
+	for i < len(c.src) && c.src[i] >= '0' && c.src[i] <= '9' {
+		i++
+	}
+	n := i - digits
+	if n == 0 || n > 15 || n > 1 && c.src[digits] == '0' || c.src[digits] == '0' && digits > c.pos {
+		return false
+	}
+	if i < len(c.src) {
+		switch c.src[i] {
+		case '.', 'e', 'E':
+			return false
+		}
+	}
+	c.out = append(c.out, c.src[c.pos:i]...)
+	c.pos = i
+	return true
+}
+
+// str writes a string as RFC 8785 does: the characters as they are, but for '"', '\\' and
+// the control characters, escaped (the short escapes where JSON has them, else \u00xx).
+func (c *canonical) str() bool {
+	c.pos++ // '"'
+	c.out = append(c.out, '"')
+	for {
+		i := c.pos
+		for i < len(c.src) && c.src[i] != '"' && c.src[i] != '\\' && c.src[i] >= 0x20 {
+			i++
+		}
+		chunk := c.src[c.pos:i]
+		if i >= len(c.src) || c.src[i] < 0x20 || !utf8.Valid(chunk) {
+			return false
+		}
+		c.out = append(c.out, chunk...)
+		c.pos = i
+		if c.src[i] == '"' {
+			c.pos++
+			c.out = append(c.out, '"')
+			return true
+		}
+		if !c.escape() {
+			return false
+		}
+	}
+}
+
+// escape reads one escape sequence and writes its character canonically.
+func (c *canonical) escape() bool {
+	if c.pos+1 >= len(c.src) {
+		return false
+	}
+	e := c.src[c.pos+1]
+	c.pos += 2
+	var r rune
+	switch e {
+	case '"', '\\', '/':
+		r = rune(e)
+	case 'b':
+		r = '\b'
+	case 'f':
+		r = '\f'
+	case 'n':
+		r = '\n'
+	case 'r':
+		r = '\r'
+	case 't':
+		r = '\t'
+	case 'u':
+		if c.pos+4 > len(c.src) {
+			return false
+		}
+		for _, h := range c.src[c.pos : c.pos+4] {
+			var d byte
+			switch {
+			case h >= '0' && h <= '9':
+				d = h - '0'
+			case h >= 'a' && h <= 'f':
+				d = h - 'a' + 10
+			case h >= 'A' && h <= 'F':
+				d = h - 'A' + 10
+			default:
+				return false
+			}
+			r = r<<4 | rune(d)
+		}
+		c.pos += 4
+		if r >= 0xd800 && r <= 0xdfff {
+			return false // surrogates: the general path pairs them or refuses them
+		}
+	default:
+		return false
+	}
+	switch r {
+	case '"':
+		c.out = append(c.out, '\\', '"')
+	case '\\':
+		c.out = append(c.out, '\\', '\\')
+	case '\b':
+		c.out = append(c.out, '\\', 'b')
+	case '\f':
+		c.out = append(c.out, '\\', 'f')
+	case '\n':
+		c.out = append(c.out, '\\', 'n')
+	case '\r':
+		c.out = append(c.out, '\\', 'r')
+	case '\t':
+		c.out = append(c.out, '\\', 't')
+	default:
+		if r < 0x20 {
+			const hex = "0123456789abcdef"
+			c.out = append(c.out, '\\', 'u', '0', '0', hex[r>>4], hex[r&0xf])
+		} else {
+			c.out = utf8.AppendRune(c.out, r)
+		}
+	}
+	return true
+}

@@ -1,0 +1,327 @@
+package kvcheckpoint
+
+import (
+	"encoding/json"
+	"strconv"
+	"unicode/utf8"
+)
+
+// canonicalRecord writes the RFC 8785 form of r without "sum" straight from the struct:
+// what canonicalize would make of json.Marshal(r), without marshalling and parsing it
+// again. Members are written in their sorted order, fixed here (a test holds it to the
+// struct). It gives up (ok false) where it cannot be sure: a number of more than 15
+// digits, a non-ASCII step name, an inline output or scope the canonicalizer does not take.
+func (c *canonical) canonicalRecord(r *Record) (ok bool) {
+	c.out = c.out[:0]
+	w := &c.out
+	*w = append(*w, `{"approval":`...)
+	if a := r.Approval; a == nil {
+		*w = append(*w, "null"...)
+	} else {
+		*w = append(*w, `{"at":`...)
+		c.strPtr(a.At)
+		*w = append(*w, `,"by":`...)
+		c.strPtr(a.By)
+		*w = append(*w, `,"plan_digest":`...)
+		c.string(a.PlanDigest)
+		*w = append(*w, `,"step":`...)
+		c.string(a.Step)
+		*w = append(*w, '}')
+	}
+	*w = append(*w, `,"created_at":`...)
+	c.string(r.CreatedAt)
+	*w = append(*w, `,"epoch":`...)
+	c.string(r.Epoch)
+	*w = append(*w, `,"generation":`...)
+	ok = c.int(int64(r.Generation))
+	*w = append(*w, `,"handover":`...)
+	c.strPtr(r.Handover)
+	*w = append(*w, `,"lease":`...)
+	if l := r.Lease; l == nil {
+		*w = append(*w, "null"...)
+	} else {
+		*w = append(*w, `{"owner":`...)
+		c.string(l.Owner)
+		*w = append(*w, `,"owner_inbox":`...)
+		c.string(l.OwnerInbox)
+		*w = append(*w, `,"step":`...)
+		c.string(l.Step)
+		*w = append(*w, `,"token":`...)
+		ok = c.uint(l.Token) && ok
+		*w = append(*w, `,"write_id":`...)
+		c.string(l.WriteID)
+		*w = append(*w, '}')
+	}
+	*w = append(*w, `,"next_action":`...)
+	c.string(r.NextAction)
+	*w = append(*w, `,"params":{"date":`...)
+	c.string(r.Params.Date)
+	*w = append(*w, `,"shadow":`...)
+	*w = strconv.AppendBool(*w, r.Params.Shadow)
+	*w = append(*w, `,"warehouse":`...)
+	c.string(r.Params.Warehouse)
+	*w = append(*w, `},"pipeline":`...)
+	c.strings(r.Pipeline)
+	*w = append(*w, `,"requests":`...)
+	c.strings(r.Requests)
+	*w = append(*w, `,"restarts":`...)
+	ok = c.int(int64(r.Restarts)) && ok
+	*w = append(*w, `,"run_id":`...)
+	c.string(r.RunID)
+	*w = append(*w, `,"schema":`...)
+	ok = c.int(int64(r.Schema)) && ok
+	*w = append(*w, `,"source_fingerprint":`...)
+	c.strPtr(r.SourceFingerprint)
+	*w = append(*w, `,"status":`...)
+	c.string(string(r.Status))
+	*w = append(*w, `,"steps":`...)
+	ok = c.steps(r.Steps) && ok
+	*w = append(*w, `,"stock_snapshot":`...)
+	ok = c.output(r.StockSnapshot) && ok
+	*w = append(*w, `,"undo":`...)
+	if u := r.Undo; u == nil {
+		*w = append(*w, "null"...)
+	} else {
+		*w = append(*w, `{"cursor":`...)
+		ok = c.int(int64(u.Cursor)) && ok
+		*w = append(*w, `,"previous_status":`...)
+		c.string(string(u.PreviousStatus))
+		*w = append(*w, `,"request_id":`...)
+		c.string(u.RequestID)
+		*w = append(*w, `,"reversed":`...)
+		ok = c.int(int64(u.Reversed)) && ok
+		*w = append(*w, `,"scope":`...)
+		ok = c.raw(u.Scope) && ok
+		*w = append(*w, `,"total":`...)
+		ok = c.int(int64(u.Total)) && ok
+		*w = append(*w, '}')
+	}
+	*w = append(*w, '}')
+	return ok
+}
+
+func (c *canonical) steps(m map[string]*Step) bool {
+	if m == nil {
+		c.out = append(c.out, "null"...)
+		return true
+	}
+	names := c.names[:0]
+	for name := range m {
+		for i := 0; i < len(name); i++ {
+			if name[i] >= 0x80 {
+				return false // UTF-16 order differs from byte order: left to the general path
+			}
+		}
+		names = append(names, name)
+	}
+	for i := 1; i < len(names); i++ { // pipelines are short
+		for j := i; j > 0 && names[j] < names[j-1]; j-- {
+			names[j], names[j-1] = names[j-1], names[j]
+		}
+	}
+	c.names = names[:0]
+	ok := true
+	c.out = append(c.out, '{')
+	for i, name := range names {
+		if i > 0 {
+			c.out = append(c.out, ',')
+		}
+		c.string(name)
+		c.out = append(c.out, ':')
+		ok = c.step(m[name]) && ok
+	}
+	c.out = append(c.out, '}')
+	return ok
+}
+
+func (c *canonical) step(s *Step) bool {
+	w := &c.out
+	if s == nil {
+		*w = append(*w, "null"...)
+		return true
+	}
+	*w = append(*w, `{"attempts":`...)
+	ok := c.int(int64(s.Attempts))
+	*w = append(*w, `,"effects":`...)
+	if e := s.Effects; e == nil {
+		*w = append(*w, "null"...)
+	} else {
+		*w = append(*w, `{"intents_open":`...)
+		ok = c.int(int64(e.IntentsOpen)) && ok
+		*w = append(*w, `,"keys":`...)
+		ok = c.int(int64(e.Keys)) && ok
+		*w = append(*w, '}')
+	}
+	*w = append(*w, `,"finished_at":`...)
+	c.strPtr(s.FinishedAt)
+	*w = append(*w, `,"input_fingerprint":`...)
+	c.strPtr(s.InputFingerprint)
+	*w = append(*w, `,"last_error":`...)
+	c.strPtr(s.LastError)
+	*w = append(*w, `,"output":`...)
+	ok = c.output(s.Output) && ok
+	*w = append(*w, `,"parked":`...)
+	if s.Parked == nil {
+		*w = append(*w, "null"...)
+	} else {
+		*w = append(*w, '[')
+		for i, p := range s.Parked {
+			if i > 0 {
+				*w = append(*w, ',')
+			}
+			*w = append(*w, `{"item":`...)
+			c.string(p.Item)
+			*w = append(*w, `,"reason":`...)
+			c.string(p.Reason)
+			*w = append(*w, '}')
+		}
+		*w = append(*w, ']')
+	}
+	*w = append(*w, `,"parked_artifact":`...)
+	ok = c.output(s.ParkedArtifact) && ok
+	*w = append(*w, `,"parked_count":`...)
+	ok = c.int(int64(s.ParkedCount)) && ok
+	*w = append(*w, `,"started_at":`...)
+	c.strPtr(s.StartedAt)
+	*w = append(*w, `,"status":`...)
+	c.string(string(s.Status))
+	*w = append(*w, `,"token":`...)
+	if s.Token == nil {
+		*w = append(*w, "null"...)
+	} else {
+		ok = c.uint(*s.Token) && ok
+	}
+	*w = append(*w, `,"versions":{"code":`...)
+	c.strPtr(s.Versions.Code)
+	*w = append(*w, `,"model":`...)
+	c.strPtr(s.Versions.Model)
+	*w = append(*w, `,"prompt":`...)
+	c.strPtr(s.Versions.Prompt)
+	*w = append(*w, `,"schema":`...)
+	c.strPtr(s.Versions.Schema)
+	*w = append(*w, "}}"...)
+	return ok
+}
+
+// output writes an output; inline and object are left out when empty (omitempty).
+func (c *canonical) output(o *Output) bool {
+	if o == nil {
+		c.out = append(c.out, "null"...)
+		return true
+	}
+	c.out = append(c.out, `{"digest":`...)
+	c.string(o.Digest)
+	ok := true
+	if len(o.Inline) > 0 {
+		c.out = append(c.out, `,"inline":`...)
+		ok = c.raw(o.Inline)
+	}
+	if o.Object != "" {
+		c.out = append(c.out, `,"object":`...)
+		c.string(o.Object)
+	}
+	c.out = append(c.out, `,"size":`...)
+	ok = c.int(o.Size) && ok
+	c.out = append(c.out, '}')
+	return ok
+}
+
+// raw writes an embedded JSON value canonically (a nil one as null, as encoding/json does).
+func (c *canonical) raw(m json.RawMessage) bool {
+	if m == nil {
+		c.out = append(c.out, "null"...)
+		return true
+	}
+	src, pos := c.src, c.pos
+	defer func() { c.src, c.pos = src, pos }()
+	c.src, c.pos = m, 0
+	c.space()
+	if !c.value(0) {
+		return false
+	}
+	c.space()
+	return c.pos == len(m)
+}
+
+// int writes n as RFC 8785 does; more than 15 digits is left to the general path, which
+// writes it as a double does.
+func (c *canonical) int(n int64) bool {
+	c.out = strconv.AppendInt(c.out, n, 10)
+	return n > -1e15 && n < 1e15
+}
+
+func (c *canonical) uint(n uint64) bool {
+	c.out = strconv.AppendUint(c.out, n, 10)
+	return n < 1e15
+}
+
+func (c *canonical) strPtr(s *string) {
+	if s == nil {
+		c.out = append(c.out, "null"...)
+		return
+	}
+	c.string(*s)
+}
+
+func (c *canonical) strings(ss []string) {
+	if ss == nil {
+		c.out = append(c.out, "null"...)
+		return
+	}
+	c.out = append(c.out, '[')
+	for i, s := range ss {
+		if i > 0 {
+			c.out = append(c.out, ',')
+		}
+		c.string(s)
+	}
+	c.out = append(c.out, ']')
+}
+
+// string writes a Go string as encoding/json then RFC 8785 would: invalid UTF-8 as U+FFFD,
+// '"', '\\' and control characters escaped, everything else as it is.
+func (c *canonical) string(s string) {
+	c.out = append(c.out, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b >= 0x20 && b != '"' && b != '\\' && b < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if b >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r != utf8.RuneError || size != 1 {
+				i += size
+				continue
+			}
+			c.out = append(c.out, s[start:i]...)
+			c.out = append(c.out, "\uFFFD"...)
+			i++
+			start = i
+			continue
+		}
+		c.out = append(c.out, s[start:i]...)
+		switch b {
+		case '"', '\\':
+			c.out = append(c.out, '\\', b)
+		case '\b':
+			c.out = append(c.out, '\\', 'b')
+		case '\f':
+			c.out = append(c.out, '\\', 'f')
+		case '\n':
+			c.out = append(c.out, '\\', 'n')
+		case '\r':
+			c.out = append(c.out, '\\', 'r')
+		case '\t':
+			c.out = append(c.out, '\\', 't')
+		default:
+			const hex = "0123456789abcdef"
+			c.out = append(c.out, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xf])
+		}
+		i++
+		start = i
+	}
+	c.out = append(c.out, s[start:]...)
+	c.out = append(c.out, '"')
+}
