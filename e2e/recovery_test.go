@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -22,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/chaos"
 	job "github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/internal/recon"
 	"github.com/cairnhq/cairn/pkg/artifacts"
@@ -62,16 +62,7 @@ func newLoggedNight(t *testing.T) *night {
 }
 
 // nightOutcome is everything a finished night left that a crash must not change.
-type nightOutcome struct {
-	Ledger         []string // every ledger row, all columns but created_at
-	Stock          []string // every stock adjustment, all columns but created_at
-	Levels         []string // every stock level
-	Outbox         []string // the keys of the run's outbox messages, sorted, each once
-	Mail           []string // every .eml file: its name, then the message without its Date header
-	Report         string   // the report step's output
-	ExtractorCalls int
-	DocumentReads  int
-}
+type nightOutcome = chaos.Outcome
 
 // outcome reads what the finished run rec left.
 func (n *night) outcome(rec *kc.Record) nightOutcome {
@@ -135,86 +126,20 @@ func (n *night) column(dbName, query string) []string {
 	return out
 }
 
-// mailFiles reads the mail folder. The Date header is left out: it is the run's start
-// (outbox.Message.QueuedAt), which differs from night to night. A hidden .tmp file is a
-// sender's temporary (replaced on the next try), not mail; a shadow folder is listed by name.
+// mailFiles reads the mail folder as chaos.MailFiles does.
 func (n *night) mailFiles() []string {
 	n.t.Helper()
-	dir := filepath.Join(n.dir, "mail")
-	entries, err := os.ReadDir(dir)
+	out, err := chaos.MailFiles(filepath.Join(n.dir, "mail"))
 	if err != nil {
 		n.t.Fatalf("mail folder: %v", err)
-	}
-	var out []string
-	for _, e := range entries {
-		switch {
-		case strings.HasPrefix(e.Name(), "."):
-		case e.IsDir():
-			out = append(out, e.Name()+"/")
-		default:
-			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-			if err != nil {
-				n.t.Fatal(err)
-			}
-			head, body, _ := bytes.Cut(b, []byte("\r\n\r\n"))
-			var kept []string
-			for _, h := range strings.Split(string(head), "\r\n") {
-				if !strings.HasPrefix(h, "Date: ") {
-					kept = append(kept, h)
-				}
-			}
-			out = append(out, e.Name()+"\n"+strings.Join(kept, "\n")+"\n\n"+string(body))
-		}
 	}
 	return out
 }
 
 // diffOutcomes names every difference between a night and the reference.
 func diffOutcomes(got, want nightOutcome) []string {
-	var d []string
-	d = append(d, diffLines("ledger", got.Ledger, want.Ledger)...)
-	d = append(d, diffLines("stock adjustment", got.Stock, want.Stock)...)
-	d = append(d, diffLines("stock level", got.Levels, want.Levels)...)
-	d = append(d, diffLines("outbox key", got.Outbox, want.Outbox)...)
-	d = append(d, diffLines("mail", got.Mail, want.Mail)...)
-	if got.Report != want.Report {
-		d = append(d, fmt.Sprintf("report output %s, want %s", got.Report, want.Report))
-	}
-	if got.ExtractorCalls != want.ExtractorCalls {
-		d = append(d, fmt.Sprintf("extractor calls %d, want %d", got.ExtractorCalls, want.ExtractorCalls))
-	}
-	if got.DocumentReads != want.DocumentReads {
-		d = append(d, fmt.Sprintf("document reads %d, want %d", got.DocumentReads, want.DocumentReads))
-	}
+	d, _ := chaos.Compare(got, want)
 	return d
-}
-
-// diffLines compares two lists as multisets: a repeated line is a difference too.
-func diffLines(what string, got, want []string) []string {
-	count := map[string]int{}
-	for _, s := range want {
-		count[s]++
-	}
-	for _, s := range got {
-		count[s]--
-	}
-	var d []string
-	for _, s := range slices.Sorted(maps.Keys(count)) {
-		switch c := count[s]; {
-		case c > 0:
-			d = append(d, fmt.Sprintf("%s missing (%d): %q", what, c, shorten(s)))
-		case c < 0:
-			d = append(d, fmt.Sprintf("%s extra (%d): %q", what, -c, shorten(s)))
-		}
-	}
-	return d
-}
-
-func shorten(s string) string {
-	if len(s) > 400 {
-		return s[:400] + "…"
-	}
-	return s
 }
 
 // reference is the uninterrupted night every crash night must equal, built once per test

@@ -207,7 +207,7 @@ func (n *Night) outcome(ctx context.Context, js jetstream.JetStream, rec *kc.Rec
 	}
 	slices.Sort(o.Outbox)
 	o.Outbox = slices.Compact(o.Outbox) // a restart's copy of a message is stored beside the dead attempt's
-	if o.Mail, err = mailFiles(filepath.Join(n.Dir, "mail")); err != nil {
+	if o.Mail, err = MailFiles(filepath.Join(n.Dir, "mail")); err != nil {
 		return o, nil, err
 	}
 	store, err := artifacts.Open(ctx, js, assets.ObjectArtifacts)
@@ -274,8 +274,10 @@ func column(ctx context.Context, path, query string) ([]string, error) {
 	return out, rows.Err()
 }
 
-// mailFiles reads the mail folder; the Date header is the run's start and is left out.
-func mailFiles(dir string) ([]string, error) {
+// MailFiles reads the mail folder: each .eml's name, then the message without its Date
+// header (the run's start, which differs from night to night); a hidden temporary file is
+// not mail, and a folder (shadow/) is listed by name.
+func MailFiles(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
