@@ -208,13 +208,18 @@ func (d *deployNight) connect(user string) (*nats.Conn, <-chan error, error) {
 	if user != "" {
 		u = d.url(user)
 	}
-	nc, err := nats.Connect(u, nats.RootCAs(d.ca), nats.NoReconnect(),
+	opts := []nats.Option{nats.RootCAs(d.ca), nats.NoReconnect(),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {
 			case errs <- err:
 			default:
 			}
-		}))
+		})}
+	if user != "" {
+		// Replies come under the user's own prefix, as service.Connect's do.
+		opts = append(opts, nats.CustomInboxPrefix(service.Config{InboxPrefix: "_INBOX.cairn"}.Inbox(user)))
+	}
+	nc, err := nats.Connect(u, opts...)
 	return nc, errs, err
 }
 
@@ -224,7 +229,7 @@ var errPermRefused = errors.New("refused by the server's permissions")
 // permRequest sends a request on subject, as the JetStream API and a JetStream publish do, and
 // returns nil when the server answered and errPermRefused when it refused the publish.
 func permRequest(nc *nats.Conn, errs <-chan error, subject string, data []byte) error {
-	inbox := nats.NewInbox()
+	inbox := nc.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
 		return err
@@ -377,6 +382,30 @@ func TestPrivilege(t *testing.T) {
 		}
 		if m, err := asker.Request("cairn.owner.extract.probe", nil, 5*time.Second); err != nil || string(m.Data) != "alive" {
 			t.Fatalf("asking extract's own owner inbox: %v, want the answer alive", err)
+		}
+	})
+
+	t.Run("a service reads only its own replies", func(t *testing.T) {
+		for _, subject := range []string{"_INBOX.>", "_INBOX.cairn.post-ledger.>", "_INBOX.cairn.>"} {
+			nc, errs, err := d.connect("extract")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := nc.SubscribeSync(subject); err != nil {
+				t.Fatal(err)
+			}
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-errs:
+				if !errors.Is(err, nats.ErrPermissionViolation) {
+					t.Errorf("extract subscribing to %s: %v, want %v", subject, err, nats.ErrPermissionViolation)
+				}
+			case <-time.After(10 * time.Second):
+				t.Errorf("extract subscribed to %s, others' replies, and the server said nothing", subject)
+			}
+			nc.Close()
 		}
 	})
 

@@ -35,6 +35,7 @@ commands:
   faultmap  print how each step survives faults, and the gaps (exit 1 when there are any)
   chaos     crash the reference night at every step boundary and sampled writes, compare each with an uninterrupted one
   bench     measure: transitions (with the raw JetStream floor), night, resume, many; "all" runs them at WORKLOAD.md's sizes into bench/results/
+  ready     ask a service's /readyz on CAIRN_METRICS_ADDR: exit 0 when ready (a container's health check)
   demo      run the reference night with a real crash at entry 24 of post-ledger, and resume it
 
 Settings come from CAIRN_* environment variables (see README.md).
@@ -54,6 +55,7 @@ func main() {
 		"init": cmdInit, "dev": cmdDev, "gen": cmdGen, "start": cmdStart, "status": cmdStatus, "demo": cmdDemo,
 		"handovers": cmdHandovers, "resume": cmdResume, "cancel": cmdCancel, "rerun": cmdRerun, "undo": cmdUndo, "faultmap": cmdFaultmap,
 		"runs": cmdRuns, "timeline": cmdTimeline, "approve": cmdApprove, "reject": cmdReject, "diff": cmdDiff, "fences": cmdFences, "chaos": cmdChaos, "bench": cmdBench,
+		"ready": cmdReady,
 	}
 	name := os.Args[1]
 	if name == "-h" || name == "--help" || name == "help" {

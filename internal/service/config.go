@@ -21,6 +21,7 @@ import (
 type Config struct {
 	NATSURL         string        `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222"`
 	NATSCreds       string        `envconfig:"NATS_CREDS"`
+	InboxPrefix     string        `envconfig:"INBOX_PREFIX" default:"_INBOX.cairn"`
 	DataDir         string        `envconfig:"DATA_DIR" default:"./.cairn"`
 	InboxDir        string        `envconfig:"INBOX_DIR"`
 	LedgerDSN       string        `envconfig:"LEDGER_DSN"`
@@ -84,6 +85,9 @@ func (c Config) Validate() error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if !strings.HasPrefix(c.NATSURL, "nats://") && !strings.HasPrefix(c.NATSURL, "tls://") {
 		bad("CAIRN_NATS_URL %q must start with nats:// or tls://", c.NATSURL)
+	}
+	if !validSubject(c.InboxPrefix) {
+		bad("CAIRN_INBOX_PREFIX %q must be a subject without wildcards, like _INBOX.cairn", c.InboxPrefix)
 	}
 	if c.Heartbeat <= 0 {
 		bad("CAIRN_HEARTBEAT must be positive, not %s", c.Heartbeat)
@@ -157,4 +161,19 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Inbox is the prefix of the reply subjects of service name's connection: CAIRN_INBOX_PREFIX,
+// then the name. A service user's permissions need allow only its own replies, <Inbox>.>.
+func (c Config) Inbox(name string) string { return c.InboxPrefix + "." + name }
+
+// validSubject says whether s is a literal subject: dot-separated, non-empty tokens without
+// wildcards or white space.
+func validSubject(s string) bool {
+	for tok := range strings.SplitSeq(s, ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n*>") {
+			return false
+		}
+	}
+	return true
 }

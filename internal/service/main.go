@@ -76,6 +76,8 @@ func (d *Deps) RunAll(ctx context.Context, names ...string) error {
 		return err
 	}
 	defer closeEnv()
+	d.running.Store(true)
+	defer d.running.Store(false)
 	g, ctx := errgroup.WithContext(ctx)
 	for _, name := range names {
 		switch name {

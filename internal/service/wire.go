@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -39,7 +41,7 @@ func (c Config) Assets() assets.Config {
 
 // Connect connects to NATS as name.
 func Connect(c Config, name string) (*nats.Conn, jetstream.JetStream, error) {
-	opts := []nats.Option{nats.Name("cairn-" + name), nats.MaxReconnects(-1)}
+	opts := []nats.Option{nats.Name("cairn-" + name), nats.MaxReconnects(-1), nats.CustomInboxPrefix(c.Inbox(name))}
 	if c.NATSCreds != "" {
 		opts = append(opts, nats.UserCredentials(c.NATSCreds))
 	}
@@ -79,6 +81,11 @@ type Deps struct {
 	Logger    *slog.Logger
 	Now       func() time.Time
 	Metrics   *metrics.Metrics
+	// MetricsAddr is where /metrics, /healthz and /readyz are served; nil without
+	// CAIRN_METRICS_ADDR.
+	MetricsAddr net.Addr
+
+	running atomic.Bool // RunAll has opened the databases and started the services
 }
 
 // Open checks the assets, looks them up, and serves /metrics on CAIRN_METRICS_ADDR until ctx
@@ -88,6 +95,7 @@ func Open(ctx context.Context, c Config, js jetstream.JetStream, log *slog.Logge
 		return nil, fmt.Errorf("checking the NATS assets (run cairn init): %w", err)
 	}
 	d := &Deps{Config: c, JS: js, Logger: log, Now: time.Now, Metrics: metrics.New()}
+	d.Metrics.SetReady(func() error { return d.ready(ctx) })
 	var err error
 	if d.Store, err = kc.Open(ctx, js, assets.BucketRuns); err != nil {
 		return nil, err
@@ -106,13 +114,28 @@ func Open(ctx context.Context, c Config, js jetstream.JetStream, log *slog.Logge
 		return nil, err
 	}
 	if c.MetricsAddr != "" {
-		addr, err := d.Metrics.Listen(ctx, c.MetricsAddr, log)
-		if err != nil {
+		if d.MetricsAddr, err = d.Metrics.Listen(ctx, c.MetricsAddr, log); err != nil {
 			return nil, fmt.Errorf("CAIRN_METRICS_ADDR: %w", err)
 		}
-		log.Info("serving metrics", slog.String("url", "http://"+addr.String()+"/metrics"))
+		log.Info("serving metrics", slog.String("url", "http://"+d.MetricsAddr.String()+"/metrics"),
+			slog.String("readiness", "http://"+d.MetricsAddr.String()+"/readyz"))
 	}
 	return d, nil
+}
+
+// ready says whether the process can do its work now: its services are running, it is not
+// stopping, and its NATS connection is up (a service whose server is gone, or which is
+// reconnecting, is not ready). /readyz answers it.
+func (d *Deps) ready(ctx context.Context) error {
+	switch {
+	case ctx.Err() != nil:
+		return errors.New("stopping")
+	case d.JS.Conn().Status() != nats.CONNECTED:
+		return fmt.Errorf("the NATS connection is %s", strings.ToLower(d.JS.Conn().Status().String()))
+	case !d.running.Load():
+		return errors.New("starting: opening the databases")
+	}
+	return nil
 }
 
 // NightEnv opens the databases the night's steps write.

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,7 +22,8 @@ import (
 
 // Metrics is every metric a Cairn process exports.
 type Metrics struct {
-	reg *prometheus.Registry
+	reg   *prometheus.Registry
+	ready atomic.Pointer[func() error] // what /readyz asks; nil until the process says
 
 	StepsStarted  *prometheus.CounterVec   // step: attempts that took their lease (or began, lease-free)
 	StepsVerified *prometheus.CounterVec   // step: commits
@@ -84,8 +86,35 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
 }
 
-// Listen binds addr now, so a wrong address stops the service at start, and serves /metrics
-// until ctx ends.
+// SetReady sets what /readyz asks: ready answers nil when the process can do its work now,
+// else an error saying why not. Until it is set, /readyz answers "starting".
+func (m *Metrics) SetReady(ready func() error) { m.ready.Store(&ready) }
+
+// Ready is what /readyz answers: nil when ready, else why not.
+func (m *Metrics) Ready() error {
+	f := m.ready.Load()
+	if f == nil {
+		return errStarting
+	}
+	return (*f)()
+}
+
+var errStarting = errors.New("starting")
+
+// serveReady answers /readyz: 200 "ready", or 503 with the reason.
+func (m *Metrics) serveReady(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if err := m.Ready(); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "not ready: %v\n", err)
+		return
+	}
+	fmt.Fprintln(w, "ready")
+}
+
+// Listen binds addr now, so a wrong address stops the service at start, and serves until ctx
+// ends: /metrics; /healthz, 200 while the process serves at all (liveness); and /readyz, 200
+// while SetReady's function says ready and 503 with the reason otherwise (readiness).
 func (m *Metrics) Listen(ctx context.Context, addr string, log *slog.Logger) (net.Addr, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -93,6 +122,8 @@ func (m *Metrics) Listen(ctx context.Context, addr string, log *slog.Logger) (ne
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", m.serveReady)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
