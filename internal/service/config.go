@@ -38,6 +38,7 @@ type Config struct {
 	StallTimeout    time.Duration `envconfig:"STALL_TIMEOUT" default:"10m"`
 	ReassignLimit   int           `envconfig:"REASSIGN_LIMIT" default:"5"`
 	StopGrace       time.Duration `envconfig:"STOP_GRACE" default:"10s"`
+	StepConcurrency int           `envconfig:"STEP_CONCURRENCY" default:"1"`
 	TakeoverGap     time.Duration `envconfig:"TAKEOVER_GAP" default:"500ms"`
 	ApprovalSteps   []string      `envconfig:"APPROVAL_STEPS"`
 	ApprovalTimeout time.Duration `envconfig:"APPROVAL_TIMEOUT" default:"24h"`
@@ -126,6 +127,9 @@ func (c Config) Validate() error {
 	}
 	if c.ApprovalTimeout <= 0 {
 		bad("CAIRN_APPROVAL_TIMEOUT must be positive, not %s", c.ApprovalTimeout)
+	}
+	if c.StepConcurrency < 1 || c.StepConcurrency > 1000 {
+		bad("CAIRN_STEP_CONCURRENCY must be between 1 and 1000 (the step consumers' max ack pending), not %d", c.StepConcurrency)
 	}
 	if c.StopGrace <= 0 {
 		bad("CAIRN_STOP_GRACE must be positive, not %s", c.StopGrace)

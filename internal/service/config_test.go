@@ -20,6 +20,7 @@ func TestLoadNamesTheWrongVariable(t *testing.T) {
 		"bad URL":                      {map[string]string{"CAIRN_NATS_URL": "http://x"}, "CAIRN_NATS_URL"},
 		"bad replicas":                 {map[string]string{"CAIRN_REPLICAS": "2"}, "CAIRN_REPLICAS"},
 		"park limit":                   {map[string]string{"CAIRN_PARK_LIMIT": "1.5"}, "CAIRN_PARK_LIMIT"},
+		"no step concurrency":          {map[string]string{"CAIRN_STEP_CONCURRENCY": "0"}, "CAIRN_STEP_CONCURRENCY"},
 		"wildcard inbox prefix":        {map[string]string{"CAIRN_INBOX_PREFIX": "_INBOX.>"}, "CAIRN_INBOX_PREFIX"},
 		"inbox prefix ending in a dot": {map[string]string{"CAIRN_INBOX_PREFIX": "_INBOX.cairn."}, "CAIRN_INBOX_PREFIX"},
 	}

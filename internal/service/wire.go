@@ -184,7 +184,7 @@ func (d *Deps) RunStep(ctx context.Context, env *night.Env, step string) error {
 		StepName: step, Step: impl, Heartbeat: d.Config.Heartbeat, Lease: d.Config.Lease, TakeoverGap: d.Config.TakeoverGap,
 		RetryAttempts: d.Config.RetryAttempts, LoopGuard: d.Config.LoopGuard, ParkLimit: d.Config.ParkLimit,
 		MaxDeliver: d.Config.MaxDeliver, Faults: d.Faults, Now: d.Now, Logger: d.Logger.With(slog.String("service", step)),
-		Finishing: d.settle, StopGrace: d.Config.StopGrace, Metrics: d.Metrics,
+		Finishing: d.settle, StopGrace: d.Config.StopGrace, Metrics: d.Metrics, Concurrency: d.Config.StepConcurrency,
 		Approval: slices.Contains(d.Config.ApprovalSteps, step), Notify: d.notify,
 	})
 	if err != nil {
