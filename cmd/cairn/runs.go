@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -38,15 +37,11 @@ func cmdGen(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	inbox, erp, truth := c.InboxDir, filepathFromDSN(c.ERPDSN), filepath.Join(c.DataDir, "truth")
+	// The ERP rows go where CAIRN_ERP_DSN points, SQLite or PostgreSQL; --out puts every
+	// file, a SQLite ERP among them, in one folder.
+	inbox, erp, truth := c.InboxDir, c.ERPDSN, filepath.Join(c.DataDir, "truth")
 	if *out != "" {
 		inbox, erp, truth = filepath.Join(*out, "inbox"), filepath.Join(*out, "erp.db"), filepath.Join(*out, "truth")
-	}
-	if erp == "" {
-		return fmt.Errorf("%w: gen writes a SQLite ERP database; CAIRN_ERP_DSN is %q", errUsage, c.ERPDSN)
-	}
-	if err := os.MkdirAll(filepath.Dir(erp), 0o755); err != nil {
-		return err
 	}
 	t, err := recon.Generate(ctx, recon.GenConfig{Warehouse: *wh, Date: *date, Invoices: *inv, Mismatches: *mis,
 		Unreadable: *unr, Seed: *seed, InboxDir: inbox, ERPPath: erp, TruthDir: truth})
@@ -56,20 +51,6 @@ func cmdGen(ctx context.Context, args []string) error {
 	fmt.Printf("generated %d invoices (%d unreadable), %d mismatches, %d debit notes for %s %s\n",
 		t.Invoices+len(t.Parked), len(t.Parked), len(t.Adjustments), len(t.DebitNotes), *wh, *date)
 	return nil
-}
-
-func filepathFromDSN(dsn string) string {
-	if p, ok := cutPrefix(dsn, "sqlite:"); ok {
-		return p
-	}
-	return ""
-}
-
-func cutPrefix(s, p string) (string, bool) {
-	if len(s) >= len(p) && s[:len(p)] == p {
-		return s[len(p):], true
-	}
-	return "", false
 }
 
 func cmdStart(ctx context.Context, args []string) error {

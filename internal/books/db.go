@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5/stdlib"
+
 	"github.com/cairnhq/cairn/pkg/fence"
 )
 
@@ -40,6 +42,22 @@ func (db *DB) init(ctx context.Context) error {
 	if err := db.sql.PingContext(ctx); err != nil {
 		return err
 	}
+	return db.createTables(ctx, schema(db.dialect))
+}
+
+// CreateTables creates tables of the systems that share the database (the ERP's own,
+// next to the stock store's) as Open creates the contract's: stmts are CREATE TABLE IF
+// NOT EXISTS statements in SQLite's SQL, every INTEGER is a BIGINT on PostgreSQL, and
+// they run in one transaction, on PostgreSQL under the lock Open takes.
+func (db *DB) CreateTables(ctx context.Context, stmts ...string) error {
+	spelled := make([]string, len(stmts))
+	for i, stmt := range stmts {
+		spelled[i] = widen(db.dialect, stmt)
+	}
+	return db.createTables(ctx, spelled)
+}
+
+func (db *DB) createTables(ctx context.Context, stmts []string) error {
 	return db.write(ctx, func(tx *sql.Tx) error {
 		if db.dialect == fence.Postgres {
 			// Two processes creating the same table at once can collide in
@@ -48,7 +66,7 @@ func (db *DB) init(ctx context.Context) error {
 				return fmt.Errorf("locking the schema: %w", err)
 			}
 		}
-		for _, stmt := range schema(db.dialect) {
+		for _, stmt := range stmts {
 			if _, err := tx.ExecContext(ctx, stmt); err != nil {
 				return fmt.Errorf("creating tables: %w", err)
 			}
@@ -67,6 +85,21 @@ func (db *DB) Close() error {
 // SQL: ? placeholders on SQLite, $1, $2, ... on PostgreSQL.
 func (db *DB) SQL() *sql.DB {
 	return db.sql
+}
+
+// Dialect returns the SQL the database speaks.
+func (db *DB) Dialect() fence.Dialect {
+	return db.dialect
+}
+
+// DialectOf returns the SQL spoken by a database opened through pgx's database/sql
+// driver (as Open opens postgres:// DSNs): PostgreSQL; by any other: SQLite. It lets a
+// reader handed only [DB.SQL] spell its queries.
+func DialectOf(db *sql.DB) fence.Dialect {
+	if _, ok := db.Driver().(*stdlib.Driver); ok {
+		return fence.Postgres
+	}
+	return fence.SQLite
 }
 
 // Ledger returns the ledger view; shadow selects the shadow_ tables.
@@ -115,6 +148,12 @@ func (db *DB) orderByKey() string {
 // q turns a query written with ? placeholders into the dialect's spelling.
 func (db *DB) q(query string) string {
 	return rebind(db.dialect, query)
+}
+
+// Rebind turns a query written with ? placeholders into d's spelling: $1, $2, ... on
+// PostgreSQL. Every ? is a placeholder, even one inside a string literal.
+func Rebind(d fence.Dialect, query string) string {
+	return rebind(d, query)
 }
 
 func rebind(d fence.Dialect, query string) string {

@@ -23,8 +23,8 @@ var tableTemplates = []string{
 
 const shadowPrefix = "shadow_"
 
-// schemaLockKey is the PostgreSQL advisory lock Open holds while it creates
-// the tables ("cairn" in ASCII).
+// schemaLockKey is the PostgreSQL advisory lock Open and CreateTables hold
+// while they create tables ("cairn" in ASCII).
 const schemaLockKey int64 = 0x636169726e
 
 // schema returns the statements that create every table and its shadow copy.
@@ -35,14 +35,18 @@ func schema(d fence.Dialect) []string {
 	var stmts []string
 	for _, prefix := range []string{"", shadowPrefix} {
 		for _, tmpl := range tableTemplates {
-			stmt := fmt.Sprintf(tmpl, prefix)
-			if d == fence.Postgres {
-				stmt = strings.ReplaceAll(stmt, "INTEGER", "BIGINT")
-			}
-			stmts = append(stmts, stmt)
+			stmts = append(stmts, widen(d, fmt.Sprintf(tmpl, prefix)))
 		}
 	}
 	return stmts
+}
+
+// widen spells a CREATE TABLE statement written for SQLite in d's SQL.
+func widen(d fence.Dialect, stmt string) string {
+	if d == fence.Postgres {
+		return strings.ReplaceAll(stmt, "INTEGER", "BIGINT")
+	}
+	return stmt
 }
 
 // tables names the tables of one view.

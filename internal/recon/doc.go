@@ -20,8 +20,8 @@
 // # The ERP database
 //
 // The night's purchase orders, receipts and stock levels live in the ERP database
-// (OpenSQLite creates its tables); LoadPurchaseOrders, LoadReceipts and LoadStockLevels
-// read them.
+// (OpenERP opens it, SQLite or PostgreSQL, and CreateERPTables creates its tables);
+// LoadPurchaseOrders, LoadReceipts and LoadStockLevels read them.
 //
 // # Generating a night
 //

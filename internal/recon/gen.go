@@ -27,7 +27,7 @@ type GenConfig struct {
 	Unreadable      int    // garbled invoices, numbered after the readable ones
 	Seed            int64
 	InboxDir        string // documents go to <InboxDir>/<warehouse>/<date>/<invoice_no>.txt
-	ERPPath         string // SQLite file of the ERP database (created if missing)
+	ERPPath         string // the ERP database: a SQLite file path, sqlite:PATH or a postgres:// DSN (tables created if missing)
 	TruthDir        string // truth goes to <TruthDir>/<warehouse>/<date>.json
 }
 

@@ -57,19 +57,34 @@ func writeDocuments(ctx context.Context, c GenConfig, n *night) error {
 	return nil
 }
 
+// erpDSN is the DSN of the ERP database GenConfig.ERPPath names: a SQLite file path, or
+// a DSN ("sqlite:PATH", "postgres://..."). A SQLite file's folder is created if missing.
+func erpDSN(target string) (string, error) {
+	if strings.HasPrefix(target, "postgres://") || strings.HasPrefix(target, "postgresql://") {
+		return target, nil
+	}
+	path := strings.TrimPrefix(target, "sqlite:")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return "", fmt.Errorf("creating folder of erp database %q: %w", path, err)
+	}
+	return "sqlite:" + path, nil
+}
+
 // writeERP replaces the night's purchase orders and receipts, sets the stock levels of
 // SKUs the warehouse has not seen, and returns the levels of every SKU the night touches
-// as they stand after gen: the truth's "before".
+// as they stand after gen: the truth's "before". One transaction, on SQLite or PostgreSQL.
 func writeERP(ctx context.Context, c GenConfig, n *night) (before []StockLevel, err error) {
-	if err := os.MkdirAll(filepath.Dir(c.ERPPath), 0o755); err != nil {
-		return nil, fmt.Errorf("creating folder of erp database %q: %w", c.ERPPath, err)
-	}
-	db, err := OpenSQLite(ctx, c.ERPPath)
+	dsn, err := erpDSN(c.ERPPath)
 	if err != nil {
 		return nil, err
 	}
-	defer db.Close()
-	tx, err := db.BeginTx(ctx, nil)
+	erp, err := OpenERP(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer erp.Close()
+	s := erpSQL(erp.Dialect())
+	tx, err := erp.SQL().BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("beginning erp transaction: %w", err)
 	}
@@ -78,14 +93,14 @@ func writeERP(ctx context.Context, c GenConfig, n *night) (before []StockLevel, 
 			err = errors.Join(err, tx.Rollback())
 		}
 	}()
-	if err := replaceOrders(ctx, tx, c, n); err != nil {
+	if err := replaceOrders(ctx, tx, s, c, n); err != nil {
 		return nil, err
 	}
 	skus := SKUs(n.invoices)
-	if err := seedStockLevels(ctx, tx, c.Warehouse, skus, n); err != nil {
+	if err := seedStockLevels(ctx, tx, s, c.Warehouse, skus, n); err != nil {
 		return nil, err
 	}
-	if before, err = loadStockLevels(ctx, tx, c.Warehouse, skus); err != nil {
+	if before, err = loadStockLevels(ctx, tx, s, c.Warehouse, skus); err != nil {
 		return nil, err
 	}
 	if err := tx.Commit(); err != nil {
@@ -94,30 +109,31 @@ func writeERP(ctx context.Context, c GenConfig, n *night) (before []StockLevel, 
 	return before, nil
 }
 
-func replaceOrders(ctx context.Context, tx *sql.Tx, c GenConfig, n *night) error {
+func replaceOrders(ctx context.Context, tx *sql.Tx, s erpSQL, c GenConfig, n *night) error {
 	lo := "PO-" + poPrefix(c.Warehouse, c.Date) + "-"
-	hi := lo[:len(lo)-1] + "." // '.' follows '-': every PO of the night sorts in [lo, hi)
+	hi := lo[:len(lo)-1] + "." // '.' follows '-' byte by byte: every PO of the night sorts in [lo, hi)
+	inNight := s.bytewise("po") + ` >= ? AND ` + s.bytewise("po") + ` < ?`
 	var ow, od string
-	err := tx.QueryRowContext(ctx, `SELECT warehouse, date FROM stock_received
-		WHERE po >= ? AND po < ? AND NOT (warehouse = ? AND date = ?) LIMIT 1`, lo, hi, c.Warehouse, c.Date).Scan(&ow, &od)
+	err := tx.QueryRowContext(ctx, s.q(`SELECT warehouse, date FROM stock_received
+		WHERE `+inNight+` AND NOT (warehouse = ? AND date = ?) LIMIT 1`), lo, hi, c.Warehouse, c.Date).Scan(&ow, &od)
 	switch {
 	case err == nil:
 		return fmt.Errorf("purchase orders %s* of %s %s are taken by %s %s: %w", lo, c.Warehouse, c.Date, ow, od, ErrPOCollision)
 	case !errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("checking purchase orders %s*: %w", lo, err)
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM purchase_orders WHERE po >= ? AND po < ?`, lo, hi); err != nil {
+	if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM purchase_orders WHERE `+inNight), lo, hi); err != nil {
 		return fmt.Errorf("removing purchase orders %s*: %w", lo, err)
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM stock_received WHERE warehouse = ? AND date = ?`, c.Warehouse, c.Date); err != nil {
+	if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM stock_received WHERE warehouse = ? AND date = ?`), c.Warehouse, c.Date); err != nil {
 		return fmt.Errorf("removing receipts of %s %s: %w", c.Warehouse, c.Date, err)
 	}
-	insPO, err := tx.PrepareContext(ctx, `INSERT INTO purchase_orders(po, line, sku, qty, unit_price_paise, supplier_id) VALUES (?, ?, ?, ?, ?, ?)`)
+	insPO, err := tx.PrepareContext(ctx, s.q(`INSERT INTO purchase_orders(po, line, sku, qty, unit_price_paise, supplier_id) VALUES (?, ?, ?, ?, ?, ?)`))
 	if err != nil {
 		return fmt.Errorf("preparing purchase-order insert: %w", err)
 	}
 	defer insPO.Close()
-	insRecv, err := tx.PrepareContext(ctx, `INSERT INTO stock_received(warehouse, date, po, line, sku, qty) VALUES (?, ?, ?, ?, ?, ?)`)
+	insRecv, err := tx.PrepareContext(ctx, s.q(`INSERT INTO stock_received(warehouse, date, po, line, sku, qty) VALUES (?, ?, ?, ?, ?, ?)`))
 	if err != nil {
 		return fmt.Errorf("preparing receipt insert: %w", err)
 	}
@@ -139,8 +155,8 @@ func replaceOrders(ctx context.Context, tx *sql.Tx, c GenConfig, n *night) error
 // seedStockLevels gives every SKU the warehouse has not seen a base stock plus what this
 // night's invoices booked (billed quantities and values). Known SKUs keep their levels:
 // they are the warehouse's running state.
-func seedStockLevels(ctx context.Context, tx *sql.Tx, warehouse string, skus []string, n *night) error {
-	known, err := loadStockLevels(ctx, tx, warehouse, skus)
+func seedStockLevels(ctx context.Context, tx *sql.Tx, s erpSQL, warehouse string, skus []string, n *night) error {
+	known, err := loadStockLevels(ctx, tx, s, warehouse, skus)
 	if err != nil {
 		return err
 	}
@@ -157,7 +173,7 @@ func seedStockLevels(ctx context.Context, tx *sql.Tx, warehouse string, skus []s
 			booked[l.SKU] = b
 		}
 	}
-	ins, err := tx.PrepareContext(ctx, `INSERT INTO stock_levels(warehouse, sku, qty, value_paise) VALUES (?, ?, ?, ?)`)
+	ins, err := tx.PrepareContext(ctx, s.q(`INSERT INTO stock_levels(warehouse, sku, qty, value_paise) VALUES (?, ?, ?, ?)`))
 	if err != nil {
 		return fmt.Errorf("preparing stock-level insert: %w", err)
 	}

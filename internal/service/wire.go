@@ -152,15 +152,12 @@ func (d *Deps) NightEnv(ctx context.Context) (*night.Env, func(), error) {
 		ledger.Close()
 		return nil, nil, fmt.Errorf("CAIRN_ERP_DSN: %w", err)
 	}
-	if strings.HasPrefix(d.Config.ERPDSN, "sqlite:") {
-		// The ERP's own tables (purchase orders, receipts) exist even before the first gen.
-		db, err := recon.OpenSQLite(ctx, strings.TrimPrefix(d.Config.ERPDSN, "sqlite:"))
-		if err != nil {
-			ledger.Close()
-			erp.Close()
-			return nil, nil, fmt.Errorf("CAIRN_ERP_DSN: %w", err)
-		}
-		db.Close()
+	// The ERP's own tables (purchase orders, receipts) exist even before the first gen,
+	// on SQLite as on PostgreSQL.
+	if err := recon.CreateERPTables(ctx, erp); err != nil {
+		ledger.Close()
+		erp.Close()
+		return nil, nil, fmt.Errorf("CAIRN_ERP_DSN: %w", err)
 	}
 	var extractor recon.Extractor = recon.RuleExtractor{}
 	if c := d.Config; c.ModelURL != "" {
