@@ -217,7 +217,7 @@ func TestNatsCLIStartAndInspect(t *testing.T) {
 	}
 	wantFields := []string{"schema", "run_id", "params", "created_at", "epoch", "status", "pipeline", "steps",
 		"source_fingerprint", "stock_snapshot", "lease", "next_action", "restarts", "generation", "requests",
-		"approval", "handover", "undo", "sum"}
+		"approval", "handover", "undo", "updated_at", "sum"}
 	if got := slices.Sorted(maps.Keys(fields)); !slices.Equal(got, slices.Sorted(slices.Values(wantFields))) {
 		t.Errorf("checkpoint fields %v, want %v", got, slices.Sorted(slices.Values(wantFields)))
 	}
@@ -235,7 +235,7 @@ func TestNatsCLIStartAndInspect(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantParams := map[string]any{"warehouse": warehouse, "date": date, "shadow": false}
-	if record.Schema != 1 || record.RunID != runID || !maps.Equal(record.Params, wantParams) || record.Status != "done" ||
+	if record.Schema != kc.Schema || record.RunID != runID || !maps.Equal(record.Params, wantParams) || record.Status != "done" ||
 		string(record.Lease) != "null" || !strings.HasPrefix(record.Sum, "sha256:") {
 		t.Errorf("checkpoint: schema %d, run %q, params %v, status %q, lease %s, sum %q", record.Schema, record.RunID, record.Params, record.Status, record.Lease, record.Sum)
 	}

@@ -74,6 +74,8 @@ func cmdHandovers(ctx context.Context, args []string) error {
 			}
 		} else if errors.Is(err, kc.ErrCorrupt) || errors.Is(err, kc.ErrForeignEpoch) {
 			status = "record not trusted"
+		} else if errors.Is(err, kc.ErrNewerSchema) {
+			status = "record of a newer release"
 		}
 		if *raw {
 			fmt.Println(string(e.Value()))

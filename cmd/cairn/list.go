@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -22,6 +23,10 @@ import (
 // untrusted is the status `cairn runs` gives a record that does not decode: its sum does
 // not match, it is not a record at all, or it carries another epoch than the bucket's.
 const untrusted = "untrusted"
+
+// newerSchema is the status of a record a newer release of Cairn wrote (a rolling upgrade):
+// nothing wrong with it, but this release cannot read it.
+const newerSchema = "newer_schema"
 
 // runRow is one line of `cairn runs`, and with --json one object per line.
 type runRow struct {
@@ -99,7 +104,7 @@ func cmdRuns(ctx context.Context, args []string) error {
 	for _, r := range rows {
 		step, next := r.Step, r.NextAction
 		switch {
-		case r.Status == untrusted:
+		case r.Status == untrusted || r.Status == newerSchema:
 			next = r.Reason
 		case r.Step != "-":
 			step = fmt.Sprintf("%s (%d/%d)", r.Step, r.StepNumber, r.Steps)
@@ -177,6 +182,9 @@ func runRowOf(key string, value []byte, epoch string, now time.Time) runRow {
 		}
 		_ = json.Unmarshal(value, &loose)
 		row := runRow{RunID: key, Status: untrusted, Step: "-", CreatedAt: loose.CreatedAt, Reason: err.Error()}
+		if errors.Is(err, kc.ErrNewerSchema) {
+			row.Status = newerSchema
+		}
 		row.created, row.Age = age(loose.CreatedAt, now)
 		return row
 	}

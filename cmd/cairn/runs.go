@@ -226,6 +226,9 @@ func cmdStatus(ctx context.Context, args []string) error {
 		return nil
 	}
 	r, err := kc.Decode(e.Value())
+	if errors.Is(err, kc.ErrNewerSchema) {
+		return fmt.Errorf("run %s: %w: use the newer release's cairn (or --json for the raw record)", run, err)
+	}
 	if err != nil {
 		fmt.Printf("run %s: the checkpoint (revision %d) is not trusted: %v\n", run, e.Revision(), err)
 		printNote(ctx, js, run)
@@ -239,8 +242,8 @@ func cmdStatus(ctx context.Context, args []string) error {
 }
 
 func printRecord(r *kc.Record, rev uint64) {
-	fmt.Printf("run        %s (revision %d)\nparams     warehouse %s, date %s, shadow %t\nstatus     %s\nrestarts   %d   generation %d\nnext       %s\n",
-		r.RunID, rev, r.Params.Warehouse, r.Params.Date, r.Params.Shadow, r.Status, r.Restarts, r.Generation, r.NextAction)
+	fmt.Printf("run        %s (revision %d, written %s)\nparams     warehouse %s, date %s, shadow %t\nstatus     %s\nrestarts   %d   generation %d\nnext       %s\n",
+		r.RunID, rev, r.UpdatedAt, r.Params.Warehouse, r.Params.Date, r.Params.Shadow, r.Status, r.Restarts, r.Generation, r.NextAction)
 	if r.Lease != nil {
 		fmt.Printf("lease      %s, step %s, token %d\n", r.Lease.Owner, r.Lease.Step, r.Lease.Token)
 	}

@@ -108,6 +108,8 @@ func cmdTimeline(ctx context.Context, args []string) error {
 	case errors.Is(lerr, kc.ErrNotFound):
 	case errors.Is(lerr, kc.ErrCorrupt), errors.Is(lerr, kc.ErrForeignEpoch):
 		fmt.Fprintf(os.Stderr, "cairn timeline: the checkpoint of %s is not trusted (%v); steps in the order the audit names them\n", run, lerr)
+	case errors.Is(lerr, kc.ErrNewerSchema):
+		fmt.Fprintf(os.Stderr, "cairn timeline: %v (the newer release's cairn reads it); steps in the order the audit names them\n", lerr)
 	default:
 		return lerr
 	}

@@ -134,6 +134,10 @@ func (c *Compensator) Handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Ack()
 	case errors.Is(err, errWait):
 		_ = m.NakWithDelay(500 * time.Millisecond)
+	case errors.Is(err, kc.ErrNewerSchema):
+		// A newer release wrote the run (a rolling upgrade): its compensator takes the command.
+		c.log.Warn("undo left to a newer release", slog.String("run_id", ev.Subject), slog.Any("error", err))
+		_ = m.NakWithDelay(kc.NewerSchemaRetry)
 	case errors.As(err, &rej), errors.Is(err, events.ErrInvalid), errors.Is(err, events.ErrInvalidID):
 		id := events.RejectedID(assets.StreamRuns, seq)
 		if rerr := c.audit.Reject(ctx, id, ev.Subject, events.NewRejected(assets.StreamRuns, seq, nm, err.Error())); rerr != nil {

@@ -176,7 +176,7 @@ func TestDecodeRecordTakesRecords(t *testing.T) {
 // fuzzRecord fills every field of a record from the fuzzer's values.
 func fuzzRecord(s1, s2, s3 string, n1, n2 int64, raw []byte) *Record {
 	r := New(s1, Params{Warehouse: s2, Date: s3, Shadow: n1%2 == 0}, []string{"a", s2, "b"}, s3)
-	r.Epoch, r.Status, r.NextAction = s3, Status(s1), s2+s3
+	r.Epoch, r.Status, r.NextAction, r.UpdatedAt = s3, Status(s1), s2+s3, s1+s2
 	r.Restarts, r.Generation, r.Schema = int(n1), int(n2), int(n1^n2)
 	r.SourceFingerprint, r.Handover = Ptr(s2), Ptr(s3)
 	r.StockSnapshot = &Output{Object: s1, Digest: s2, Size: n2}

@@ -96,6 +96,8 @@ func (c *canonical) canonicalRecord(r *Record) (ok bool) {
 		ok = c.int(int64(u.Total)) && ok
 		*w = append(*w, '}')
 	}
+	*w = append(*w, `,"updated_at":`...)
+	c.string(r.UpdatedAt)
 	*w = append(*w, '}')
 	return ok
 }

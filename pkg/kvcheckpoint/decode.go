@@ -32,6 +32,8 @@ func decodeRecord(b []byte) (*Record, bool) {
 			ok = d.params(&r.Params)
 		case "created_at":
 			ok = d.str(&r.CreatedAt)
+		case "updated_at":
+			ok = d.str(&r.UpdatedAt)
 		case "epoch":
 			ok = d.str(&r.Epoch)
 		case "status":

@@ -31,6 +31,20 @@
 // was written under other NATS storage, where revisions, and so tokens, counted
 // differently.
 //
+// # Schema versions
+//
+// "schema" says the record's layout; this package writes [Schema] and reads every earlier
+// one. The sum is checked on the record as stored, in its own layout; then a record of an
+// earlier schema is upgraded in memory, one version at a time (schema 1 had no
+// "updated_at": it becomes the creation time), and the next write, whoever makes it,
+// stores the current schema. Every write sets "updated_at" by the writer's clock
+// ([WithClock]); it is for people reading the record, and no lease is judged by it.
+//
+// A record of a later schema than this code knows, written by a newer release during a
+// rolling upgrade, is [ErrNewerSchema]: not corrupt, and never written by this code.
+// Callers leave such a run to the newer release (a step event is redelivered, a sweep
+// skips it) instead of handing it over. A record without a schema, or below 1, is corrupt.
+//
 // # Who holds which token
 //
 // Every write is a compare-and-set conditioned on the revision read; Put is never

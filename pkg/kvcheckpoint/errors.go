@@ -7,8 +7,12 @@ var (
 	ErrNotFound = errors.New("checkpoint not found")
 	// ErrExists: Create found a record for the run already.
 	ErrExists = errors.New("checkpoint exists")
-	// ErrCorrupt: the stored record's sum does not match its content; it is never trusted nor written.
+	// ErrCorrupt: the stored record's sum does not match its content, or it has no valid
+	// schema; it is never trusted nor written.
 	ErrCorrupt = errors.New("checkpoint corrupt")
+	// ErrNewerSchema: the record was written by a newer release, in a schema this code does not
+	// know (a rolling upgrade). It is not corrupt: leave the run to the newer release.
+	ErrNewerSchema = errors.New("checkpoint written in a newer schema")
 	// ErrForeignEpoch: the record carries another epoch than the bucket's.
 	ErrForeignEpoch = errors.New("checkpoint from a foreign epoch")
 	// ErrFenced: the lease is no longer the writer's: another token holds it, or nobody does.

@@ -45,6 +45,7 @@ func (s *Store) Take(ctx context.Context, rec *Record, rev uint64, owner Owner, 
 	if prepare != nil {
 		prepare(next)
 	}
+	s.stamp(next)
 	b, err := Encode(next)
 	if err != nil {
 		return nil, err
@@ -93,6 +94,7 @@ func (h *Holder) Write(ctx context.Context, fn func(r *Record) error) error {
 		if next.Lease != nil {
 			next.Lease.WriteID = writeID()
 		}
+		h.store.stamp(next)
 		b, err := Encode(next)
 		if err != nil {
 			return err

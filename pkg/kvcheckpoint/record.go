@@ -5,8 +5,9 @@ import (
 	"slices"
 )
 
-// Schema is the version of the record layout this package reads and writes.
-const Schema = 1
+// Schema is the version of the record layout this package writes. It reads every earlier
+// one and upgrades it in memory (see upgrade.go); a later one is ErrNewerSchema.
+const Schema = 2
 
 // Status is a run's status.
 type Status string
@@ -40,6 +41,7 @@ type Record struct {
 	RunID             string           `json:"run_id"`
 	Params            Params           `json:"params"`
 	CreatedAt         string           `json:"created_at"`
+	UpdatedAt         string           `json:"updated_at"` // schema 2: the last write, by the writer's clock
 	Epoch             string           `json:"epoch"`
 	Status            Status           `json:"status"`
 	Pipeline          []string         `json:"pipeline"`
@@ -149,6 +151,7 @@ func New(runID string, p Params, pipeline []string, createdAt string) *Record {
 		RunID:     runID,
 		Params:    p,
 		CreatedAt: createdAt,
+		UpdatedAt: createdAt,
 		Status:    Running,
 		Pipeline:  slices.Clone(pipeline),
 		Steps:     make(map[string]*Step, len(pipeline)),

@@ -19,19 +19,33 @@ const Bucket = "cairn-runs"
 // EpochKey is the bucket stream's metadata key holding the epoch.
 const EpochKey = "cairn.epoch"
 
-// Store reads and writes checkpoint records in a KV bucket. Every write is a compare-and-set.
+// Store reads and writes checkpoint records in a KV bucket. Every write is a compare-and-set,
+// and every write stores the record in the current Schema with updated_at set.
 type Store struct {
 	nc     *nats.Conn
 	kv     jetstream.KeyValue
 	bucket string
 	epoch  string
+	now    func() time.Time
 
 	conflicts atomic.Int64
 	written   written
 }
 
+// Option changes how a Store behaves.
+type Option func(*Store)
+
+// WithClock sets the clock of updated_at (default time.Now).
+func WithClock(now func() time.Time) Option {
+	return func(s *Store) {
+		if now != nil {
+			s.now = now
+		}
+	}
+}
+
 // Open looks up the bucket and its epoch. The bucket must exist (cairn init creates it).
-func Open(ctx context.Context, js jetstream.JetStream, bucket string) (*Store, error) {
+func Open(ctx context.Context, js jetstream.JetStream, bucket string, opts ...Option) (*Store, error) {
 	if bucket == "" {
 		bucket = Bucket
 	}
@@ -47,7 +61,18 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string) (*Store, e
 	if epoch == "" {
 		return nil, fmt.Errorf("bucket %q: %w", bucket, ErrNoEpoch)
 	}
-	return &Store{nc: js.Conn(), kv: kv, bucket: bucket, epoch: epoch}, nil
+	s := &Store{nc: js.Conn(), kv: kv, bucket: bucket, epoch: epoch, now: time.Now}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
+}
+
+// stamp marks a record about to be written: the current schema (a record read in an earlier
+// one was upgraded in memory) and the time of the write.
+func (s *Store) stamp(r *Record) {
+	r.Schema = Schema
+	r.UpdatedAt = s.now().UTC().Format(time.RFC3339Nano)
 }
 
 // Epoch is the bucket's epoch, which every record carries.
@@ -62,7 +87,7 @@ func (s *Store) KV() jetstream.KeyValue { return s.kv }
 
 // Create writes the first record of a run; ErrExists when the run has one already.
 func (s *Store) Create(ctx context.Context, r *Record) (uint64, error) {
-	r.Schema = Schema
+	s.stamp(r)
 	r.Epoch = s.epoch
 	b, err := Encode(r)
 	if err != nil {
@@ -80,7 +105,8 @@ func (s *Store) Create(ctx context.Context, r *Record) (uint64, error) {
 }
 
 // Load returns the latest record and its revision. A record whose sum does not match is
-// ErrCorrupt, one of another epoch ErrForeignEpoch; neither is ever written back.
+// ErrCorrupt, one of another epoch ErrForeignEpoch, one of a later schema ErrNewerSchema;
+// none is ever written back.
 func (s *Store) Load(ctx context.Context, runID string) (*Record, uint64, error) {
 	r, rev, _, err := s.load(ctx, runID)
 	return r, rev, err
@@ -171,6 +197,7 @@ func (s *Store) MutateFrom(ctx context.Context, cur *Record, rev uint64, runID s
 		if err := fn(next); err != nil {
 			return cur, rev, err
 		}
+		s.stamp(next)
 		b, err := Encode(next)
 		if err != nil {
 			return nil, 0, err

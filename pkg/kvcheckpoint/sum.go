@@ -41,7 +41,9 @@ func Encode(r *Record) ([]byte, error) {
 	return out, nil
 }
 
-// Decode checks the sum on the parsed JSON, before it is decoded into structs, then decodes.
+// Decode checks the sum on the parsed JSON as stored, before it is decoded into structs, then
+// decodes, and upgrades a record of an earlier schema in memory. A record of a later schema
+// than Schema is ErrNewerSchema.
 func Decode(b []byte) (*Record, error) {
 	stored, want, plain, err := checkSum(b)
 	if err != nil {
@@ -57,11 +59,14 @@ func Decode(b []byte) (*Record, error) {
 	if !ok {
 		r = &Record{}
 		if err := json.Unmarshal(b, r); err != nil {
+			if nerr := newerSchema(b); nerr != nil {
+				return nil, nerr
+			}
 			return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 		}
 	}
-	if r.Schema != Schema {
-		return nil, fmt.Errorf("%w: schema %d, want %d", ErrCorrupt, r.Schema, Schema)
+	if err := checkSchema(r); err != nil {
+		return nil, err
 	}
 	for _, s := range r.Pipeline {
 		if r.Steps[s] == nil {

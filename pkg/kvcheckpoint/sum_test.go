@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -21,6 +23,7 @@ import (
 func fullRecord() *kc.Record {
 	r := newRecord("run-2026-10-13-ldh")
 	r.Epoch = testEpoch
+	r.UpdatedAt = "2026-10-14T01:02:03.456Z"
 	r.Status = kc.WaitingApproval
 	r.SourceFingerprint = kc.Ptr("sha256:5f1c")
 	r.StockSnapshot = &kc.Output{Object: "run-2026-10-13-ldh/compare/77ab", Digest: "SHA-256=d9", Size: 9120}
@@ -99,7 +102,7 @@ func sorted(s ...string) []string { return slices.Sorted(slices.Values(s)) }
 func TestEncodeFieldsOfDesign(t *testing.T) {
 	recordKeys := sorted("schema", "run_id", "params", "created_at", "epoch", "status", "pipeline", "steps",
 		"source_fingerprint", "stock_snapshot", "lease", "next_action", "restarts", "generation", "requests",
-		"approval", "handover", "undo", "sum")
+		"approval", "handover", "undo", "updated_at", "sum")
 	stepKeys := sorted("status", "attempts", "started_at", "finished_at", "output", "input_fingerprint", "versions",
 		"token", "effects", "parked", "parked_count", "parked_artifact", "last_error")
 	versionKeys := sorted("code", "prompt", "schema", "model")
@@ -118,7 +121,7 @@ func TestEncodeFieldsOfDesign(t *testing.T) {
 				t.Errorf("%s = %s, want null", k, rec[k])
 			}
 		}
-		want := map[string]string{"schema": "1", "status": `"running"`, "next_action": `""`, "restarts": "0",
+		want := map[string]string{"schema": fmt.Sprint(kc.Schema), "updated_at": `"2026-10-13T22:00:03Z"`, "status": `"running"`, "next_action": `""`, "restarts": "0",
 			"generation": "0", "requests": "[]", "params": `{"warehouse":"ldh","date":"2026-10-13","shadow":false}`}
 		for k, v := range want {
 			if string(rec[k]) != v {
@@ -244,7 +247,10 @@ func TestDecodeCorrupt(t *testing.T) {
 	noSum := members(t, good)
 	delete(noSum, "sum")
 	noSumBytes, _ := json.Marshal(noSum)
-	otherSchema, _ := kc.Encode(func() *kc.Record { r := fullRecord(); r.Schema = 2; return r }())
+	schema := func(v int) []byte {
+		b, _ := kc.Encode(func() *kc.Record { r := fullRecord(); r.Schema = v; return r }())
+		return b
+	}
 	missingStep, _ := kc.Encode(func() *kc.Record { r := fullRecord(); delete(r.Steps, "report"); return r }())
 
 	for name, b := range map[string][]byte{
@@ -255,7 +261,10 @@ func TestDecodeCorrupt(t *testing.T) {
 		"truncated":               good[:len(good)-1],
 		"not an object":           []byte(`[1,2]`),
 		"null":                    []byte(`null`),
-		"other schema":            otherSchema,
+		"schema 0":                schema(0),
+		"negative schema":         schema(-1),
+		"no schema":               resealed(t, good, func(m map[string]json.RawMessage) { delete(m, "schema") }),
+		"schema not a number":     resealed(t, good, func(m map[string]json.RawMessage) { m["schema"] = json.RawMessage(`"2"`) }),
 		"pipeline step missing":   missingStep,
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -295,13 +304,16 @@ func FuzzDecode(f *testing.F) {
 		f.Fatalf("Encode: %v", err)
 	}
 	f.Add(good)
+	if old, err := os.ReadFile("testdata/schema1.json"); err == nil {
+		f.Add(old)
+	}
 	f.Add([]byte(`{"sum":"sha256:00"}`))
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := kc.Decode(b)
 		if err != nil {
-			if !errors.Is(err, kc.ErrCorrupt) {
-				t.Fatalf("Decode error %v is not ErrCorrupt", err)
+			if !errors.Is(err, kc.ErrCorrupt) && !errors.Is(err, kc.ErrNewerSchema) {
+				t.Fatalf("Decode error %v is neither ErrCorrupt nor ErrNewerSchema", err)
 			}
 			return
 		}

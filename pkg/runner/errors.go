@@ -55,7 +55,8 @@ const (
 
 func classify(err error) class {
 	switch {
-	case errors.Is(err, kvcheckpoint.ErrFenced), errors.Is(err, fence.ErrFenced):
+	case errors.Is(err, kvcheckpoint.ErrFenced), errors.Is(err, fence.ErrFenced),
+		errors.Is(err, kvcheckpoint.ErrNewerSchema): // a newer release wrote the record: no longer ours
 		return classFenced
 	case errors.Is(err, context.Canceled):
 		return classStopped

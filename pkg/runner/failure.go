@@ -193,6 +193,10 @@ func (r *Runner) notify(ctx context.Context, kind string, note HandoverNote, gen
 
 // park hands over a run whose step event reached the delivery limit.
 func (r *Runner) park(ctx context.Context, runID, reason string) {
+	if _, _, err := r.cfg.Store.Load(ctx, runID); errors.Is(err, kc.ErrNewerSchema) {
+		r.log.Warn("step event at its delivery limit left to a newer release", slog.String("run_id", runID), slog.Any("error", err))
+		return
+	}
 	cause := errors.New(reason)
 	note := r.note(nil, r.cfg.StepName, "max-deliver", cause)
 	note.RunID, note.ID = runID, runID+":handover:"+r.cfg.StepName+":max-deliver"

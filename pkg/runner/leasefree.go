@@ -45,6 +45,10 @@ func (r *Runner) runLeaseFree(ctx context.Context, m jetstream.Msg, rec *kc.Reco
 		r.applyCommit(n, a, res, outs)
 		return nil
 	})
+	if errors.Is(err, kc.ErrNewerSchema) {
+		a.log.Warn("commit left to a newer release", slog.Any("error", err))
+		return nakAfter(kc.NewerSchemaRetry)
+	}
 	if errors.Is(err, kc.ErrSkip) {
 		return ack
 	}

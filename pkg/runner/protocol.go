@@ -34,6 +34,10 @@ func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.Step
 	case errors.Is(err, kc.ErrCorrupt), errors.Is(err, kc.ErrForeignEpoch):
 		r.noteOnly(ctx, run, err)
 		return ack
+	case errors.Is(err, kc.ErrNewerSchema):
+		// A newer release wrote the run (a rolling upgrade): one of its workers takes the event.
+		r.log.Warn("step event left to a newer release", slog.String("run_id", run), slog.Any("error", err))
+		return nakAfter(kc.NewerSchemaRetry)
 	case err != nil:
 		r.log.Warn("loading checkpoint", slog.String("run_id", run), slog.Any("error", err))
 		return nakAfter(time.Second)

@@ -204,6 +204,11 @@ func (s *Supervisor) Handle(ctx context.Context, m jetstream.Msg) {
 		s.cfg.Metrics.Commands.WithLabelValues(verb, "rejected").Inc()
 		s.log.Warn("command rejected", slog.String("subject", m.Subject()), slog.Any("reason", err))
 		_ = m.TermWithReason(cut(err.Error(), 200))
+	case errors.Is(err, kc.ErrNewerSchema):
+		// A newer release wrote the run (a rolling upgrade): its supervisor takes the command.
+		s.cfg.Metrics.Commands.WithLabelValues(verb, "retried").Inc()
+		s.log.Warn("command left to a newer release", slog.String("subject", m.Subject()), slog.Any("error", err))
+		_ = m.NakWithDelay(kc.NewerSchemaRetry)
 	default:
 		s.cfg.Metrics.Commands.WithLabelValues(verb, "retried").Inc()
 		s.log.Warn("command failed, will retry", slog.String("subject", m.Subject()), slog.Any("error", err))

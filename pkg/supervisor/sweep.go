@@ -18,11 +18,15 @@ import (
 )
 
 // observe keeps a watched record. A record that does not decode or belongs to another epoch is
-// left out: the step that next touches it hands it over by its note.
+// left out: the step that next touches it hands it over by its note. One a newer release
+// wrote is left out too, to that release's supervisor: never swept, never handed over here.
 func (s *Supervisor) observe(e jetstream.KeyValueEntry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec, err := kc.Decode(e.Value())
+	if _, watched := s.runs[e.Key()]; watched && errors.Is(err, kc.ErrNewerSchema) {
+		s.log.Info("run left to a newer release", slog.String("run_id", e.Key()), slog.Any("error", err))
+	}
 	if e.Operation() != jetstream.KeyValuePut || err != nil || rec.Epoch != s.cfg.Store.Epoch() {
 		delete(s.runs, e.Key())
 		delete(s.seen, e.Key())
@@ -35,10 +39,11 @@ func (s *Supervisor) observe(e jetstream.KeyValueEntry) {
 	s.runs[e.Key()] = w
 }
 
-// progress is the record as far as progress goes: everything but a renewal's write id.
+// progress is the record as far as progress goes: everything but a renewal's write id and
+// the time of the write.
 func progress(rec *kc.Record) string {
 	r := rec.Clone()
-	r.Sum = ""
+	r.Sum, r.UpdatedAt = "", "" // every write sets updated_at, a renewal too
 	if r.Lease != nil {
 		r.Lease.WriteID = ""
 	}

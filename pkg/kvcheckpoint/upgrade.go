@@ -1,0 +1,55 @@
+package kvcheckpoint
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// NewerSchemaRetry is how long a service leaves a message about a run of a newer schema
+// (ErrNewerSchema) before it is delivered again, so that a service of the newer release,
+// during a rolling upgrade, takes it first.
+const NewerSchemaRetry = 5 * time.Second
+
+// upgrades[v] turns a record of schema v, decoded into today's Record, into one of schema
+// v+1. A new schema raises Schema and adds one function here; its decoder (decode.go) and
+// canonical writer (canonwrite.go) learn the new fields, and a field an older schema lacks
+// is filled here. upgrades[0] is unused: no record has schema 0.
+var upgrades = [Schema]func(r *Record){
+	1: func(r *Record) { r.UpdatedAt = r.CreatedAt }, // 1→2: updated_at, not known before: the creation
+}
+
+// checkSchema upgrades a decoded record of an earlier schema in memory; a record of a later
+// schema is ErrNewerSchema, one without a valid schema ErrCorrupt.
+func checkSchema(r *Record) error {
+	if err := knownSchema(r.Schema); err != nil {
+		return err
+	}
+	for v := r.Schema; v < Schema; v++ {
+		upgrades[v](r)
+	}
+	r.Schema = Schema
+	return nil
+}
+
+func knownSchema(v int) error {
+	switch {
+	case v < 1:
+		return fmt.Errorf("%w: schema %d (missing or below 1)", ErrCorrupt, v)
+	case v > Schema:
+		return fmt.Errorf("%w: the record is schema %d, this release reads up to schema %d", ErrNewerSchema, v, Schema)
+	}
+	return nil
+}
+
+// newerSchema reports, for a record whose sum holds but which does not decode into Record,
+// whether it carries a schema later than Schema: a newer release may change a field's type.
+func newerSchema(b []byte) error {
+	var head struct {
+		Schema int `json:"schema"`
+	}
+	if json.Unmarshal(b, &head) == nil && head.Schema > Schema {
+		return knownSchema(head.Schema)
+	}
+	return nil
+}
