@@ -115,6 +115,9 @@ type TransitionsResult struct {
 	PeakRSSBytes    int64   `json:"peak_rss_bytes"`
 	CheckpointBytes int     `json:"checkpoint_bytes"` // a finished run's record
 	Conflicts       int64   `json:"cas_conflicts"`
+	// Stored is what the run stored per transition (the floor stores 1 + 1/S checkpoint
+	// writes and 1 message).
+	Stored Stored `json:"stored_per_transition"`
 	// Floor is the raw floor measured before and after, together.
 	Floor       Floor `json:"raw_floor"`
 	FloorBefore Floor `json:"raw_floor_before"`
@@ -124,6 +127,14 @@ type TransitionsResult struct {
 	FloorRecordSized Floor `json:"raw_floor_record_sized"`
 	// Ratio is PerSecond over the floor's.
 	Ratio float64 `json:"ratio_to_floor"`
+}
+
+// Stored counts the messages a measurement stored per transition, by stream. Each run's
+// start is included: its checkpoint's create and its first step's event.
+type Stored struct {
+	Checkpoints float64 `json:"checkpoints"`  // cairn-runs
+	StepEvents  float64 `json:"step_events"`  // CAIRN_STEPS
+	AuditEvents float64 `json:"audit_events"` // CAIRN_AUDIT
 }
 
 // Transitions runs K runs of an S-step pipeline of no-op steps through the real step
@@ -301,7 +312,24 @@ func cairnTransitions(ctx context.Context, c TransitionsConfig, dir string, res 
 	res.WallSeconds = took.Seconds()
 	res.PerSecond = float64(res.Transitions) / took.Seconds()
 	res.Conflicts = store.Conflicts()
+	if res.Stored, err = stored(ctx, js, res.Transitions); err != nil {
+		return err
+	}
 	return checkRuns(ctx, store.KV(), c.Runs, def, res)
+}
+
+// stored counts what the streams hold, written or since removed, per transition.
+func stored(ctx context.Context, js jetstream.JetStream, transitions int) (Stored, error) {
+	var n [3]uint64
+	for i, name := range []string{"KV_" + assets.BucketRuns, assets.StreamSteps, assets.StreamAudit} {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return Stored{}, fmt.Errorf("counting what %s stored: %w", name, err)
+		}
+		n[i] = s.CachedInfo().State.LastSeq
+	}
+	per := func(v uint64) float64 { return float64(v) / float64(transitions) }
+	return Stored{Checkpoints: per(n[0]), StepEvents: per(n[1]), AuditEvents: per(n[2])}, nil
 }
 
 // checkRuns confirms every run finished with every step verified once, and measures a

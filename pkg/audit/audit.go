@@ -1,6 +1,7 @@
 // Package audit records the timeline of runs on CAIRN_AUDIT and every refused input on
-// cairn.rejected. Step events are published asynchronously and awaited before the step's
-// message is acknowledged, so the timeline costs no round trip on the hot path.
+// cairn.rejected. An attempt's events are published asynchronously in a Batch and awaited
+// before the step's message is acknowledged, so the timeline costs no round trip on the hot
+// path; Post publishes a bookkeeping event whose ack the caller need not wait for at all.
 package audit
 
 import (
@@ -51,18 +52,13 @@ func (p *Publisher) msg(id string, a events.Audit) (*nats.Msg, error) {
 
 // Record publishes one audit event asynchronously; id is its Nats-Msg-Id.
 func (b *Batch) Record(id string, a events.Audit) {
-	m, err := b.p.msg(id, a)
+	f, err := b.p.Post(id, a)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err == nil {
-		var f jetstream.PubAckFuture
-		f, err = b.p.js.PublishMsgAsync(m)
-		if err == nil {
-			b.futures = append(b.futures, f)
-		}
-	}
-	if err != nil && b.err == nil {
-		b.err = fmt.Errorf("publishing audit event %q: %w", id, err)
+		b.futures = append(b.futures, f)
+	} else if b.err == nil {
+		b.err = err
 	}
 }
 
@@ -85,6 +81,23 @@ func (b *Batch) Wait(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// Post publishes one audit event asynchronously and returns its ack without waiting for it:
+// for bookkeeping events that the caller may settle its work without (a step's commit,
+// which its checkpoint records too), whose loss in a crash costs a timeline line. Events
+// that count something across crashes (a paid call, a document read) go in a Batch, or
+// through Record.
+func (p *Publisher) Post(id string, a events.Audit) (jetstream.PubAckFuture, error) {
+	m, err := p.msg(id, a)
+	if err != nil {
+		return nil, err
+	}
+	f, err := p.js.PublishMsgAsync(m)
+	if err != nil {
+		return nil, fmt.Errorf("publishing audit event %q: %w", id, err)
+	}
+	return f, nil
 }
 
 // Record publishes one audit event and waits for it to be stored.

@@ -17,7 +17,10 @@
 //  8. Verify the result before calling the step done.
 //  9. Store the output (inline or in the object store) and commit: verified, lease released,
 //     in one compare-and-set.
-//  10. Publish the next step's event, wait for the audit events, ack.
+//  10. Publish the step's step.verified and the next step's event, wait for the attempt's other
+//     audit events (the items it counted), ack. The first two are not waited for: the
+//     supervisor publishes a lost step event again from the record, and a lost step.verified
+//     costs a timeline line; a failure is logged, and Run returns once they are answered.
 //
 // A record this process wrote at the revision that scheduled the event (its id names it) is
 // not read back at point 2 (kvcheckpoint's Store.LoadAt): the commit and the lease take

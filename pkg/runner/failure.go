@@ -219,10 +219,16 @@ func (r *Runner) park(ctx context.Context, runID, reason string) {
 	}
 }
 
+// auditStep records an event about the attempt's step in its batch.
 func (r *Runner) auditStep(a *Attempt, event string, rev uint64, detail string) {
-	a.batch.Record(events.AuditStepID(a.RunID, a.Step, event, rev), events.Audit{
+	a.batch.Record(r.stepAudit(a, event, rev, detail))
+}
+
+// stepAudit is an audit event about the attempt's step, with its id.
+func (r *Runner) stepAudit(a *Attempt, event string, rev uint64, detail string) (string, events.Audit) {
+	return events.AuditStepID(a.RunID, a.Step, event, rev), events.Audit{
 		RunID: a.RunID, Step: a.Step, Event: event, Token: a.Token.Value, Owner: r.owner.Name, Detail: cut(detail, 512),
-	})
+	}
 }
 
 func cut(s string, n int) string {

@@ -115,7 +115,7 @@ func (r *Runner) newAttempt(rec *kc.Record, token uint64, restart bool) *Attempt
 	if restart {
 		r.m.Restarts.WithLabelValues(r.cfg.StepName).Inc()
 	}
-	r.m.StepsStarted.WithLabelValues(r.cfg.StepName).Inc()
+	r.hot.started.Inc()
 	return &Attempt{
 		RunID: rec.RunID, Step: r.cfg.StepName, Params: rec.Params, Generation: rec.Generation,
 		Token:   fence.Token{RunID: rec.RunID, Epoch: r.cfg.Store.Epoch(), Value: token},
@@ -173,27 +173,39 @@ func (r *Runner) hold(ctx context.Context, m jetstream.Msg, a *Attempt, h *kc.Ho
 	return r.afterCommit(ctx, a, committed, crev)
 }
 
-// afterCommit is point 10: publish the next step's event, wait for the audit, ack.
+// afterCommit is point 10: publish the step's step.verified audit event and the next step's
+// event, wait for the attempt's other audit events, ack. Those two publishes are not waited
+// for (watchAcks logs a failure): the commit is in the record, from which the supervisor
+// publishes a lost step event again; a lost step.verified costs a timeline line. Events
+// that count something (Attempt.Audit, AuditNow) are stored before the ack.
 func (r *Runner) afterCommit(ctx context.Context, a *Attempt, committed *kc.Record, crev uint64) settleFunc {
 	if err := a.Fault(ctx, faults.AfterCommit, 0); err != nil {
 		a.log.Warn("fault after commit", slog.Any("error", err))
 	}
-	r.auditStep(a, "step.verified", crev, "")
+	var late []jetstream.PubAckFuture
+	if f, err := r.audit.Post(r.stepAudit(a, "step.verified", crev, "")); err != nil {
+		a.log.Warn("audit event not published", slog.Any("error", err))
+	} else {
+		late = append(late, f)
+	}
 	if committed.Status == kc.Running {
 		if next := committed.Next(a.Step); next != "" {
 			if err := a.Fault(ctx, faults.BeforeNextPublish, 0); err != nil {
 				a.log.Warn("fault before next publish", slog.Any("error", err))
 			}
-			if err := r.publishStep(ctx, committed.RunID, next, committed.Generation, crev); err != nil {
+			if f, err := r.publishStepAsync(ctx, committed.RunID, next, committed.Generation, crev); err != nil {
 				a.log.Warn("publishing the next step; the supervisor will move the run on", slog.Any("error", err))
+			} else {
+				late = append(late, f)
 			}
 		}
 	}
+	r.watchAcks(a.log, late)
 	if err := a.batch.Wait(ctx); err != nil {
 		a.log.Warn("audit events not stored", slog.Any("error", err))
 	}
-	r.m.StepsVerified.WithLabelValues(a.Step).Inc()
-	r.m.Parked.WithLabelValues(a.Step).Add(float64(committed.Step(a.Step).ParkedCount))
+	r.hot.verified.Inc()
+	r.hot.parked.Add(float64(committed.Step(a.Step).ParkedCount))
 	r.observe(a, "verified")
 	if committed.Status == kc.Finishing {
 		r.m.RunRestarts.Observe(float64(committed.Restarts))

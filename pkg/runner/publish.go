@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/pkg/assets"
@@ -25,21 +27,30 @@ func PublishStep(ctx context.Context, js jetstream.JetStream, source, runID, ste
 // duplicate of one published under the same Msg-Id within its window. The event carries the
 // trace context of ctx (or the run's own trace) in its traceparent.
 func PublishStepAck(ctx context.Context, js jetstream.JetStream, source, runID, step string, generation int, rev uint64, now time.Time) (duplicate bool, err error) {
+	m, err := stepMsg(ctx, source, runID, step, generation, rev, now)
+	if err != nil {
+		return false, err
+	}
+	ack, err := js.PublishMsg(ctx, m)
+	if err != nil {
+		return false, fmt.Errorf("publishing step event %q: %w", m.Header.Get(jetstream.MsgIDHeader), err)
+	}
+	return ack.Duplicate, nil
+}
+
+// stepMsg is a step's event, ready to publish.
+func stepMsg(ctx context.Context, source, runID, step string, generation int, rev uint64, now time.Time) (*nats.Msg, error) {
 	id := events.StepReadyID(runID, step, rev)
 	e, err := events.New(id, events.TypeStepReady, source, runID, now, events.StepReady{RunID: runID, Step: step, Generation: generation})
 	if err != nil {
-		return false, fmt.Errorf("building step event %q: %w", id, err)
+		return nil, fmt.Errorf("building step event %q: %w", id, err)
 	}
 	tracing.Inject(ctx, &e)
 	m, err := events.Encode(events.StepSubject(step, runID), e)
 	if err != nil {
-		return false, fmt.Errorf("encoding step event %q: %w", id, err)
+		return nil, fmt.Errorf("encoding step event %q: %w", id, err)
 	}
-	ack, err := js.PublishMsg(ctx, m)
-	if err != nil {
-		return false, fmt.Errorf("publishing step event %q: %w", id, err)
-	}
-	return ack.Duplicate, nil
+	return m, nil
 }
 
 // StepEventStored reports whether an event for the run's step waits on CAIRN_STEPS.
@@ -59,6 +70,19 @@ func (r *Runner) publishStep(ctx context.Context, runID, step string, generation
 	return PublishStep(ctx, r.cfg.JS, "/cairn/"+r.cfg.Service, runID, step, generation, rev, r.cfg.Now())
 }
 
+// publishStepAsync publishes a step's event as publishStep does, without waiting for its ack.
+func (r *Runner) publishStepAsync(ctx context.Context, runID, step string, generation int, rev uint64) (jetstream.PubAckFuture, error) {
+	m, err := stepMsg(ctx, "/cairn/"+r.cfg.Service, runID, step, generation, rev, r.cfg.Now())
+	if err != nil {
+		return nil, err
+	}
+	f, err := r.cfg.JS.PublishMsgAsync(m)
+	if err != nil {
+		return nil, fmt.Errorf("publishing step event %q: %w", m.Header.Get(jetstream.MsgIDHeader), err)
+	}
+	return f, nil
+}
+
 // publishNextIfIdle re-publishes the event of the step after a verified one when that step is
 // still pending with no lease (a duplicate is harmless).
 func (r *Runner) publishNextIfIdle(ctx context.Context, rec *kc.Record, rev uint64) {
@@ -70,4 +94,35 @@ func (r *Runner) publishNextIfIdle(ctx context.Context, rec *kc.Record, rev uint
 		return
 	}
 	_ = r.publishStep(ctx, rec.RunID, next, rec.Generation, rev)
+}
+
+// ackWatch is how long watchAcks waits for an ack.
+const ackWatch = 10 * time.Second
+
+// watchAcks logs any of acks that fails or has no answer within ackWatch: publishes that a
+// step's message is settled without waiting for. It holds one of the runner's unacked slots
+// until they are answered, so an attempt waits here when the server has fallen that far
+// behind; Run waits for every slot before it returns.
+func (r *Runner) watchAcks(log *slog.Logger, acks []jetstream.PubAckFuture) {
+	if len(acks) == 0 {
+		return
+	}
+	r.unacked <- struct{}{}
+	go func() {
+		defer func() { <-r.unacked }()
+		ctx, cancel := context.WithTimeout(context.Background(), ackWatch)
+		defer cancel()
+		for _, f := range acks {
+			var err error
+			select {
+			case <-f.Ok():
+				continue
+			case err = <-f.Err():
+			case <-ctx.Done():
+				err = fmt.Errorf("no ack within %s", ackWatch)
+			}
+			log.Warn("a publish the step did not wait for was not stored", slog.String("subject", f.Msg().Subject),
+				slog.String("id", f.Msg().Header.Get(jetstream.MsgIDHeader)), slog.Any("error", err))
+		}
+	}()
 }

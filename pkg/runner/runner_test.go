@@ -48,7 +48,7 @@ func TestRunsEveryStepInOrder(t *testing.T) {
 	if rec.Lease != nil || rec.Restarts != 0 {
 		t.Errorf("lease %+v, restarts %d", rec.Lease, rec.Restarts)
 	}
-	// The last step's audit events are stored just after its commit, before its ack.
+	// The last step's step.verified is published just after its commit; its ack is not waited for.
 	var as []events.Audit
 	waitFor(t, func() bool { as = f.audit(t, "r1"); return count(as, "step.verified", "three") == 1 })
 	for _, s := range toy.Names() {

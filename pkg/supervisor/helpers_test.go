@@ -163,15 +163,25 @@ func (f *fixture) command(t *testing.T, s *Supervisor, subject, body string) uin
 	return seq
 }
 
-// settled reports that the control consumer has nothing delivered and unacknowledged.
+// settled reports that the control consumer has nothing delivered and unacknowledged. An ack
+// is a plain publish the server applies on its own time, so this waits for it, within a bound.
 func (f *fixture) settled(t *testing.T) {
 	t.Helper()
-	info, err := f.control.Info(f.ctx)
-	if err != nil {
-		t.Fatalf("control info: %v", err)
-	}
-	if info.NumAckPending != 0 || info.NumPending != 0 {
-		t.Fatalf("control consumer: %d pending ack, %d pending; want every command settled", info.NumAckPending, info.NumPending)
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		info, err := f.control.Info(f.ctx)
+		if err != nil {
+			t.Fatalf("control info: %v", err)
+		}
+		if info.NumAckPending == 0 && info.NumPending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("control consumer: %d pending ack, %d pending; want every command settled", info.NumAckPending, info.NumPending)
+		}
+		<-tick.C
 	}
 }
 
