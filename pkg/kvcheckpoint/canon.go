@@ -2,6 +2,7 @@ package kvcheckpoint
 
 import (
 	"bytes"
+	"encoding/json"
 	"sync"
 	"unicode/utf8"
 )
@@ -14,6 +15,12 @@ import (
 // surrogate, invalid UTF-8 or invalid JSON) it gives up, and the caller falls back to the
 // general path (encoding/json and gowebpki/jcs), whose answer is therefore always the one
 // that counts.
+// span is out[start:end], stored as raw instead.
+type span struct {
+	start, end int
+	raw        json.RawMessage
+}
+
 type canonical struct {
 	src    []byte
 	pos    int
@@ -23,6 +30,10 @@ type canonical struct {
 	mem    []member
 	names  []string // scratch for sorting step names
 	hasSum bool
+	sumAt  int // canonicalRecord: where "sum" goes in out, between stock_snapshot and undo
+	// canonicalRecord: embedded JSON values (inline outputs, undo scopes) whose canonical
+	// form in out differs from how encoding/json stores them, to be stored as it would.
+	verbatim []span
 }
 
 // member is one member of the object being written, by offsets (no pointers, so sorting

@@ -1,6 +1,7 @@
 package kvcheckpoint
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
@@ -13,6 +14,7 @@ import (
 // digits, a non-ASCII step name, an inline output or scope the canonicalizer does not take.
 func (c *canonical) canonicalRecord(r *Record) (ok bool) {
 	c.out = c.out[:0]
+	c.verbatim = c.verbatim[:0]
 	w := &c.out
 	*w = append(*w, `{"approval":`...)
 	if a := r.Approval; a == nil {
@@ -78,6 +80,7 @@ func (c *canonical) canonicalRecord(r *Record) (ok bool) {
 	ok = c.steps(r.Steps) && ok
 	*w = append(*w, `,"stock_snapshot":`...)
 	ok = c.output(r.StockSnapshot) && ok
+	c.sumAt = len(*w)
 	*w = append(*w, `,"undo":`...)
 	if u := r.Undo; u == nil {
 		*w = append(*w, "null"...)
@@ -237,12 +240,52 @@ func (c *canonical) raw(m json.RawMessage) bool {
 	src, pos := c.src, c.pos
 	defer func() { c.src, c.pos = src, pos }()
 	c.src, c.pos = m, 0
+	start := len(c.out)
 	c.space()
 	if !c.value(0) {
 		return false
 	}
 	c.space()
+	if !bytes.Equal(c.out[start:], m) {
+		c.verbatim = append(c.verbatim, span{start: start, end: len(c.out), raw: m})
+	}
 	return c.pos == len(m)
+}
+
+// stored is the record as Encode stores it: out (the canonical form) with the sum in its
+// place and each embedded value as encoding/json stores a json.RawMessage (compact, HTML
+// characters escaped), so an inline output keeps the bytes its digest covers.
+func (c *canonical) stored(sum string) []byte {
+	out := make([]byte, 0, len(c.out)+len(`,"sum":""`)+len(sum)+64)
+	at := 0
+	copyTo := func(end int) {
+		if at <= c.sumAt && c.sumAt <= end {
+			out = append(out, c.out[at:c.sumAt]...)
+			out = append(out, `,"sum":"`...)
+			out = append(out, sum...)
+			out = append(out, '"')
+			at = c.sumAt
+		}
+		out = append(out, c.out[at:end]...)
+		at = end
+	}
+	var compact, escaped bytes.Buffer
+	for _, v := range c.verbatim {
+		copyTo(v.start)
+		if !bytes.ContainsAny(v.raw, " \t\r\n<>&\u2028\u2029") {
+			out = append(out, v.raw...) // already as encoding/json would store it
+			at = v.end
+			continue
+		}
+		compact.Reset()
+		escaped.Reset()
+		_ = json.Compact(&compact, v.raw) // raw was just parsed: valid JSON
+		json.HTMLEscape(&escaped, compact.Bytes())
+		out = append(out, escaped.Bytes()...)
+		at = v.end
+	}
+	copyTo(len(c.out))
+	return out
 }
 
 // int writes n as RFC 8785 does; more than 15 digits is left to the general path, which

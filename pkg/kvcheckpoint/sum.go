@@ -17,8 +17,17 @@ const MaxSize = 8 * 1024
 var sumTail = []byte(`"sum":""}`)
 
 // Encode marshals r with its sum set: sha256 of the RFC 8785 form of the record without "sum".
+// It stores that canonical form itself, with the sum in its sorted place and embedded values
+// (inline outputs) as encoding/json stores them, so a record is written once, not marshalled
+// and then canonicalized.
 func Encode(r *Record) ([]byte, error) {
 	r.Sum = ""
+	c := getCanonical()
+	defer putCanonical(c)
+	if c.canonicalRecord(r) {
+		r.Sum = digest(c.out)
+		return checkSize(r, c.stored(r.Sum))
+	}
 	raw, err := json.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("encoding checkpoint %q: %w", r.RunID, err)
@@ -35,6 +44,10 @@ func Encode(r *Record) ([]byte, error) {
 	} else if out, err = json.Marshal(r); err != nil {
 		return nil, fmt.Errorf("encoding checkpoint %q: %w", r.RunID, err)
 	}
+	return checkSize(r, out)
+}
+
+func checkSize(r *Record, out []byte) ([]byte, error) {
 	if len(out) > MaxSize {
 		return nil, fmt.Errorf("checkpoint %q is %d bytes: %w", r.RunID, len(out), ErrTooLarge)
 	}

@@ -122,7 +122,7 @@ func TestEncodeFieldsOfDesign(t *testing.T) {
 			}
 		}
 		want := map[string]string{"schema": fmt.Sprint(kc.Schema), "updated_at": `"2026-10-13T22:00:03Z"`, "status": `"running"`, "next_action": `""`, "restarts": "0",
-			"generation": "0", "requests": "[]", "params": `{"warehouse":"ldh","date":"2026-10-13","shadow":false}`}
+			"generation": "0", "requests": "[]", "params": `{"date":"2026-10-13","shadow":false,"warehouse":"ldh"}`}
 		for k, v := range want {
 			if string(rec[k]) != v {
 				t.Errorf("%s = %s, want %s", k, rec[k], v)
@@ -145,7 +145,7 @@ func TestEncodeFieldsOfDesign(t *testing.T) {
 			if string(s["status"]) != `"pending"` || string(s["attempts"]) != "0" || string(s["parked"]) != "[]" || string(s["parked_count"]) != "0" {
 				t.Errorf("step %s = %s, want pending with no attempts and nothing parked", name, raw)
 			}
-			if string(s["versions"]) != `{"code":null,"prompt":null,"schema":null,"model":null}` {
+			if string(s["versions"]) != `{"code":null,"model":null,"prompt":null,"schema":null}` {
 				t.Errorf("step %s: versions = %s, want every version null", name, s["versions"])
 			}
 		}
@@ -213,6 +213,45 @@ func TestEncodeSum(t *testing.T) {
 	h := sha256.Sum256(canon)
 	if want := "sha256:" + hex.EncodeToString(h[:]); stored != want {
 		t.Errorf("sum = %q, want %q", stored, want)
+	}
+}
+
+// A record is stored in its RFC 8785 form, sum included: what is summed is what is stored.
+func TestEncodeStoresTheCanonicalForm(t *testing.T) {
+	for name, r := range map[string]*kc.Record{"full": fullRecord(), "new": kc.New("run-1", kc.Params{Warehouse: "ldh", Date: "2026-10-13"}, []string{"fetch", "report"}, "2026-10-13T22:00:03Z")} {
+		b, err := kc.Encode(r)
+		if err != nil {
+			t.Fatalf("%s: Encode: %v", name, err)
+		}
+		canon, err := jcs.Transform(b)
+		if err != nil {
+			t.Fatalf("%s: jcs: %v", name, err)
+		}
+		if !bytes.Equal(canon, b) {
+			t.Errorf("%s: stored\n%s\nits canonical form\n%s", name, b, canon)
+		}
+	}
+}
+
+// An inline output is stored with the bytes its digest covers, not reordered: the rest of
+// the record is canonical, the output as the step wrote it.
+func TestEncodeKeepsInlineOutputBytes(t *testing.T) {
+	r := kc.New("run-1", kc.Params{Warehouse: "ldh", Date: "2026-10-13"}, []string{"fetch"}, "2026-10-13T22:00:03Z")
+	inline := json.RawMessage(`{"zeta":1,"alpha":"a\u003cb","list":[3,1]}`)
+	r.Step("fetch").Output = &kc.Output{Inline: inline, Digest: "SHA-256=x", Size: int64(len(inline))}
+	b, err := kc.Encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, inline) {
+		t.Fatalf("stored %s, want the inline output %s byte for byte", b, inline)
+	}
+	got, err := kc.Decode(b)
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	if !bytes.Equal(got.Step("fetch").Output.Inline, inline) {
+		t.Fatalf("decoded inline %s, want %s", got.Step("fetch").Output.Inline, inline)
 	}
 }
 
