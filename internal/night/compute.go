@@ -3,13 +3,15 @@ package night
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/cairnhq/cairn/internal/recon"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/runner"
 )
 
-// matchOutput pairs invoice lines with purchase-order lines.
+// matchOutput pairs invoice lines with purchase-order lines. Run writes it one line at a
+// time, and compare reads it so.
 type matchOutput struct {
 	Matches   []recon.Match     `json:"matches"`
 	Unmatched []recon.Unmatched `json:"unmatched"`
@@ -17,17 +19,43 @@ type matchOutput struct {
 
 type matchStep struct{ e *Env }
 
+// Run reads extract's invoices twice, one at a time: for their purchase-order references,
+// then to match them, each straight into the output.
 func (s matchStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
-	var ex extractOutput
-	if err := input(ctx, a, Extract, &ex); err != nil {
+	seen := map[string]bool{}
+	var refs []string
+	if err := readFields(ctx, a, Extract, fields{"invoices": each(func(inv recon.Invoice) error {
+		if !seen[inv.PORef] {
+			seen[inv.PORef] = true
+			refs = append(refs, inv.PORef)
+		}
+		return nil
+	})}); err != nil {
 		return nil, err
 	}
-	pos, err := recon.LoadPurchaseOrders(ctx, s.e.erp(), recon.PurchaseOrderRefs(ex.Invoices))
+	slices.Sort(refs)
+	pos, err := recon.LoadPurchaseOrders(ctx, s.e.erp(), refs)
 	if err != nil {
 		return nil, runner.Temporary(fmt.Errorf("reading purchase orders: %w", err))
 	}
-	m, un := recon.MatchLines(ex.Invoices, pos)
-	b, err := output(matchOutput{Matches: m, Unmatched: un})
+	m := recon.NewMatcher(pos)
+	d := newDoc(ctx, a)
+	d.list("matches")
+	matched, un := 0, []recon.Unmatched{}
+	var ms []recon.Match
+	if err := readFields(ctx, a, Extract, fields{"invoices": each(func(inv recon.Invoice) error {
+		ms, un = m.Lines(inv, ms[:0], un)
+		for _, x := range ms {
+			d.item(x)
+		}
+		matched += len(ms)
+		return nil
+	})}); err != nil {
+		return nil, err
+	}
+	d.endList()
+	d.field("unmatched", un)
+	b, err := d.done()
 	if err != nil {
 		return nil, err
 	}
@@ -35,8 +63,8 @@ func (s matchStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, 
 	for _, u := range un {
 		parked = append(parked, kc.Parked{Item: fmt.Sprintf("%s:%d", u.InvoiceNo, u.Line), Reason: u.Reason})
 	}
-	return &runner.Result{Output: b, Parked: parked, Items: len(m) + len(un),
-		NextAction: fmt.Sprintf("compare %d matched lines with the stock received", len(m))}, nil
+	return &runner.Result{Output: b, Parked: parked, Items: matched + len(un),
+		NextAction: fmt.Sprintf("compare %d matched lines with the stock received", matched)}, nil
 }
 
 // compareOutput is the adjustments the night must make.
@@ -56,22 +84,26 @@ func (s compareStep) CheckSource(ctx context.Context, a *runner.Attempt, fp stri
 	return sourceCheck(s).CheckSource(ctx, a, fp)
 }
 
+// Run sets match's lines against the receipts one at a time, as it reads them.
 func (s compareStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
-	var m matchOutput
-	if err := input(ctx, a, Match, &m); err != nil {
-		return nil, err
-	}
 	rc, err := recon.LoadReceipts(ctx, s.e.erp(), a.Params.Warehouse, a.Params.Date)
 	if err != nil {
 		return nil, runner.Temporary(fmt.Errorf("reading stock received: %w", err))
 	}
+	c := recon.NewComparer(rc)
 	skus := map[string]bool{}
 	var list []string
-	for _, x := range m.Matches {
+	matches := 0
+	if err := readFields(ctx, a, Match, fields{"matches": each(func(x recon.Match) error {
 		if !skus[x.SKU] {
 			skus[x.SKU] = true
 			list = append(list, x.SKU)
 		}
+		c.Add(x)
+		matches++
+		return nil
+	})}); err != nil {
+		return nil, err
 	}
 	levels, err := recon.LoadStockLevels(ctx, s.e.erp(), a.Params.Warehouse, list)
 	if err != nil {
@@ -87,15 +119,15 @@ func (s compareStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result
 	}
 	var snap []byte
 	if first {
-		if snap, err = output(snapshot{Receipts: rc, Levels: levels}); err != nil {
+		if snap, err = output(ctx, a, snapshot{Receipts: rc, Levels: levels}); err != nil {
 			return nil, err
 		}
 	}
-	adjs := recon.Compare(m.Matches, rc)
-	b, err := output(compareOutput{Adjustments: adjs})
+	adjs := c.Adjustments()
+	b, err := output(ctx, a, compareOutput{Adjustments: adjs})
 	if err != nil {
 		return nil, err
 	}
-	return &runner.Result{Output: b, Snapshot: snap, Items: len(m.Matches),
+	return &runner.Result{Output: b, Snapshot: snap, Items: matches,
 		NextAction: fmt.Sprintf("post %d ledger adjustments for %s, then update stock", len(adjs), a.RunID)}, nil
 }

@@ -18,7 +18,8 @@ import (
 	"github.com/cairnhq/cairn/pkg/runner"
 )
 
-// extractOutput is the parsed lines of every readable invoice, and the parked ones.
+// extractOutput is the parsed lines of every readable invoice, and the parked ones. Run
+// writes it one invoice at a time, and its readers read it so.
 type extractOutput struct {
 	Invoices []recon.Invoice `json:"invoices"`
 	Parked   []recon.Parked  `json:"parked"`
@@ -49,35 +50,42 @@ func (s extractStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result
 		return nil, err
 	}
 	v := s.e.Extractor.Versions()
-	var out extractOutput
-	for i, d := range f.Documents {
-		memo, err := s.answer(ctx, a, d, i+1, v)
+	// The invoices go into the output as they are parsed: a big night's are never all held.
+	d := newDoc(ctx, a)
+	d.list("invoices")
+	var parkedInv []recon.Parked
+	read := 0
+	for i, doc := range f.Documents {
+		memo, err := s.answer(ctx, a, doc, i+1, v)
 		if err != nil {
 			return nil, err
 		}
 		if memo.Unreadable != "" {
-			out.Parked = append(out.Parked, recon.Parked{InvoiceNo: d.InvoiceNo, Reason: memo.Unreadable})
+			parkedInv = append(parkedInv, recon.Parked{InvoiceNo: doc.InvoiceNo, Reason: memo.Unreadable})
 			continue
 		}
 		inv, err := recon.ParseAnswer(memo.Answer)
 		if err != nil {
-			out.Parked = append(out.Parked, recon.Parked{InvoiceNo: d.InvoiceNo, Reason: reason(err)})
+			parkedInv = append(parkedInv, recon.Parked{InvoiceNo: doc.InvoiceNo, Reason: reason(err)})
 			continue
 		}
-		out.Invoices = append(out.Invoices, inv)
+		d.item(inv)
+		read++
 	}
-	b, err := output(out)
+	d.endList()
+	d.field("parked", parkedInv)
+	b, err := d.done()
 	if err != nil {
 		return nil, err
 	}
-	parked := make([]kc.Parked, len(out.Parked))
-	for i, p := range out.Parked {
+	parked := make([]kc.Parked, len(parkedInv))
+	for i, p := range parkedInv {
 		parked[i] = kc.Parked{Item: p.InvoiceNo, Reason: p.Reason}
 	}
 	return &runner.Result{
 		Output: b, Parked: parked, Items: len(f.Documents), InputFingerprint: f.Fingerprint,
 		Versions:   kc.Versions{Prompt: &v.Prompt, Schema: &v.Schema, Model: &v.Model},
-		NextAction: fmt.Sprintf("match %d invoices to purchase orders", len(out.Invoices)),
+		NextAction: fmt.Sprintf("match %d invoices to purchase orders", read),
 	}, nil
 }
 

@@ -65,13 +65,18 @@ func planRows[T any](g int, desired, existing []T, ops rowOps[T]) rowPlan[T] {
 			standing = append(standing, r)
 		}
 	}
+	byBase := map[string][]int{} // standing rows by base key: a big night has thousands
+	for i, s := range standing {
+		k := baseKey(ops.key(s))
+		byBase[k] = append(byBase[k], i)
+	}
 	used := make([]bool, len(standing))
 	var p rowPlan[T]
 	for _, d := range desired {
-		i := slices.IndexFunc(standing, func(s T) bool { return baseKey(ops.key(s)) == ops.key(d) && ops.same(s, d) })
-		if i >= 0 && !used[i] {
-			used[i] = true
-			p.stand = append(p.stand, standing[i])
+		same := byBase[ops.key(d)]
+		if at := slices.IndexFunc(same, func(i int) bool { return ops.same(standing[i], d) }); at >= 0 && !used[same[at]] {
+			used[same[at]] = true
+			p.stand = append(p.stand, standing[same[at]])
 			continue
 		}
 		n := ops.withKey(d, genKey(ops.key(d), g))

@@ -2,6 +2,9 @@ package night
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -90,9 +93,14 @@ func (s debitNotesStep) Plan(ctx context.Context, a *runner.Attempt) ([]byte, er
 	for i, m := range p.writes {
 		out[i] = plannedMessage{Key: m.Key, Kind: m.Kind, To: m.To, Subject: m.Subject, Body: m.Body, Reverses: m.Reverses}
 	}
-	return output(struct {
+	// Whole, as json.Marshal writes it: a plan is for a person to read.
+	b, err := json.Marshal(struct {
 		Messages []plannedMessage `json:"messages"`
 	}{out})
+	if err != nil {
+		return nil, fmt.Errorf("encoding the plan: %w", err)
+	}
+	return b, nil
 }
 
 func (s debitNotesStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
@@ -111,7 +119,7 @@ func (s debitNotesStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Res
 	for _, w := range p.rows.reverse {
 		out.Withdrawn = append(out.Withdrawn, w.Key)
 	}
-	return result(out, len(writes), "send the report of "+a.RunID)
+	return result(ctx, a, out, len(writes), "send the report of "+a.RunID)
 }
 
 // standingNotes are the debit notes of earlier generations that went (or are still to go,
@@ -152,13 +160,44 @@ func mailEffects(a *runner.Attempt, ms []outbox.Message, ops rowOps[outbox.Messa
 		if m.Kind == "debit" {
 			supplier = baseKey(strings.TrimPrefix(m.Key, a.RunID+":debit:"))
 		}
-		out[i] = effect{key: m.Key, supplier: supplier, payload: m}
+		out[i] = effect{key: m.Key, supplier: supplier, payload: intentOf(m)}
 		if m.Reverses == "" {
 			w := ops.reversal(m)
 			out[i].reverse = reverseWith(saga.Mail, w, w.Key)
 		}
 	}
 	return out
+}
+
+// mailIntent is what a message's saga intent records of it: to whom, what, and the digest
+// of its body, not the body (the message itself is on CAIRN_OUTBOX), so that the record stays
+// small whatever the size of a note.
+type mailIntent struct {
+	Kind       string   `json:"kind"`
+	To         []string `json:"to"`
+	Subject    string   `json:"subject"`
+	BodyDigest string   `json:"body_digest"`
+	BodySize   int      `json:"body_size"`
+	Reverses   string   `json:"reverses,omitempty"`
+}
+
+func intentOf(m outbox.Message) mailIntent {
+	sum := sha256.Sum256([]byte(m.Body))
+	return mailIntent{Kind: m.Kind, To: m.To, Subject: m.Subject, BodyDigest: "sha256:" + hex.EncodeToString(sum[:]),
+		BodySize: len(m.Body), Reverses: m.Reverses}
+}
+
+// quoteMax bounds what a withdrawal quotes of the message it withdraws: the withdrawal is
+// the reversal a saga intent carries, and must stay small whatever the size of a note.
+const quoteMax = 4 << 10
+
+// quote is body, or its first lines within quoteMax bytes and a line naming the rest.
+func quote(body, key string) string {
+	if len(body) <= quoteMax {
+		return body
+	}
+	head := body[:strings.LastIndexByte(body[:quoteMax], '\n')+1]
+	return fmt.Sprintf("%s[… %d more lines: see message %s]\n", head, strings.Count(body[len(head):], "\n"), key)
 }
 
 // noteOps plan debit notes as rows: the same note is the same recipient and text; a note
@@ -179,7 +218,7 @@ func (s debitNotesStep) noteOps(a *runner.Attempt) rowOps[outbox.Message] {
 			}
 			body := fmt.Sprintf("This withdraws our %[1]s %[2]s (%[3]s), sent for run %[4]s.\n"+
 				"The run was corrected or undone; any %[1]s that stands is sent separately.\n\n"+
-				"The withdrawn %[1]s was:\n\n%[5]s", what, m.Key, m.Subject, a.RunID, m.Body)
+				"The withdrawn %[1]s was:\n\n%[5]s", what, m.Key, m.Subject, a.RunID, quote(m.Body, m.Key))
 			w := s.message(a, "withdraw", m.Key+":withdraw", m.To[0], subject, body)
 			w.To = m.To
 			w.Reverses = m.Key
@@ -191,7 +230,7 @@ func (s debitNotesStep) noteOps(a *runner.Attempt) rowOps[outbox.Message] {
 // Verify checks every note is on the outbox.
 func (s debitNotesStep) Verify(ctx context.Context, a *runner.Attempt, r *runner.Result) error {
 	var out noteOutput
-	if err := unmarshal(r.Output, &out); err != nil {
+	if err := unmarshal(ctx, a, r.Output, &out); err != nil {
 		return err
 	}
 	keys := make([]string, len(out.Notes))
@@ -235,15 +274,19 @@ type reportOutput struct {
 }
 
 func (s reportStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
-	var ex extractOutput
-	if err := input(ctx, a, Extract, &ex); err != nil {
+	var invoices, lines int
+	var parked []recon.Parked
+	if err := readFields(ctx, a, Extract, fields{
+		"invoices": each(func(inv recon.Invoice) error { invoices, lines = invoices+1, lines+len(inv.Lines); return nil }),
+		"parked":   into(&parked),
+	}); err != nil {
 		return nil, err
 	}
 	adjs, err := adjustments(ctx, a)
 	if err != nil {
 		return nil, err
 	}
-	rep := recon.Summarize(ex.Invoices, adjs, ex.Parked)
+	rep := recon.SummarizeCounts(invoices, lines, adjs, parked)
 	key := genKey(a.RunID+":report", a.Generation)
 	subject, body := recon.ReportText(a.RunID, a.Params.Warehouse, a.Params.Date, rep)
 	m := debitNotesStep(s).message(a, "report", key, s.e.FinanceTo, subject, body)
@@ -252,13 +295,13 @@ func (s reportStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result,
 	}); err != nil {
 		return nil, err
 	}
-	return result(reportOutput{Keys: []string{key}, Report: rep}, 1, "deliver the report of "+a.RunID)
+	return result(ctx, a, reportOutput{Keys: []string{key}, Report: rep}, 1, "deliver the report of "+a.RunID)
 }
 
 // Verify checks the report is on the outbox.
 func (s reportStep) Verify(ctx context.Context, a *runner.Attempt, r *runner.Result) error {
 	var out reportOutput
-	if err := unmarshal(r.Output, &out); err != nil {
+	if err := unmarshal(ctx, a, r.Output, &out); err != nil {
 		return err
 	}
 	return queuedAll(ctx, a, out.Keys)

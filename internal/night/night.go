@@ -3,10 +3,7 @@
 package night
 
 import (
-	"context"
 	"database/sql"
-	"encoding/json"
-	"fmt"
 	"strings"
 	"time"
 
@@ -118,26 +115,6 @@ func (e *Env) Steps() map[string]runner.Step {
 
 func (e *Env) erp() *sql.DB { return e.ERP.SQL() }
 
-// input decodes an earlier step's JSON output into v.
-func input(ctx context.Context, a *runner.Attempt, step string, v any) error {
-	b, err := a.Input(ctx, step)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("decoding the output of %s: %w", step, err)
-	}
-	return nil
-}
-
-func output(v any) (json.RawMessage, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("encoding output: %w", err)
-	}
-	return b, nil
-}
-
 // createdAt is the run's start, used where a time must be the same on every attempt.
 func createdAt(a *runner.Attempt) time.Time {
 	t, err := time.Parse(time.RFC3339Nano, a.Record().CreatedAt)
@@ -150,10 +127,3 @@ func createdAt(a *runner.Attempt) time.Time {
 func stamp(a *runner.Attempt) string { return a.Now().UTC().Format(time.RFC3339Nano) }
 
 func lowerID(s string) string { return strings.ToLower(s) }
-
-func unmarshal(b []byte, v any) error {
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("decoding output: %w", err)
-	}
-	return nil
-}

@@ -26,7 +26,7 @@ func (s fetchStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, 
 		a.Audit("document.read", d.InvoiceNo, 0, map[string]string{"digest": d.Digest})
 	}
 	fp := recon.SourceFingerprint(docs)
-	out, err := output(fetchOutput{Documents: docs, Fingerprint: fp})
+	out, err := output(ctx, a, fetchOutput{Documents: docs, Fingerprint: fp})
 	if err != nil {
 		return nil, err
 	}

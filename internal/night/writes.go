@@ -105,8 +105,8 @@ func adjustments(ctx context.Context, a *runner.Attempt) ([]recon.Adjustment, er
 
 // result is a writing step's result: its output (what it wrote, so that Verify checks the
 // outside system against it without reading the inputs again) and its effects.
-func result(out any, keys int, next string) (*runner.Result, error) {
-	b, err := output(out)
+func result(ctx context.Context, a *runner.Attempt, out any, keys int, next string) (*runner.Result, error) {
+	b, err := output(ctx, a, out)
 	if err != nil {
 		return nil, err
 	}
@@ -160,13 +160,13 @@ func (s postLedgerStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Res
 	}); err != nil {
 		return nil, err
 	}
-	return result(ledgerOutput{Entries: p.stand, Reversals: p.reverse}, len(writes), fmt.Sprintf("apply %d stock adjustments for %s", len(es), a.RunID))
+	return result(ctx, a, ledgerOutput{Entries: p.stand, Reversals: p.reverse}, len(writes), fmt.Sprintf("apply %d stock adjustments for %s", len(es), a.RunID))
 }
 
 // Verify reads back every key and amount.
 func (s postLedgerStep) Verify(ctx context.Context, a *runner.Attempt, r *runner.Result) error {
 	var out ledgerOutput
-	if err := unmarshal(r.Output, &out); err != nil {
+	if err := unmarshal(ctx, a, r.Output, &out); err != nil {
 		return err
 	}
 	l := s.e.Ledger.Ledger(a.Params.Shadow)
@@ -229,13 +229,13 @@ func (s updateStockStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Re
 	}); err != nil {
 		return nil, err
 	}
-	return result(stockOutput{Adjustments: p.stand, Reversals: p.reverse}, len(writes), "send the debit notes of "+a.RunID)
+	return result(ctx, a, stockOutput{Adjustments: p.stand, Reversals: p.reverse}, len(writes), "send the debit notes of "+a.RunID)
 }
 
 // Verify reads back every adjustment.
 func (s updateStockStep) Verify(ctx context.Context, a *runner.Attempt, r *runner.Result) error {
 	var out stockOutput
-	if err := unmarshal(r.Output, &out); err != nil {
+	if err := unmarshal(ctx, a, r.Output, &out); err != nil {
 		return err
 	}
 	st := s.e.ERP.Stock(a.Params.Shadow)

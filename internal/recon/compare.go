@@ -41,35 +41,53 @@ func (a Adjustment) KeySuffix() string {
 // A line over on both counts gets both; together they claim exactly
 // billed unit × billed qty − PO unit × received qty.
 func Compare(matches []Match, received []Receipt) []Adjustment {
-	got := make(map[poKey]Receipt, len(received))
-	for _, r := range received {
-		got[poKey{r.PO, r.Line}] = r
-	}
-	adjs := []Adjustment{}
+	c := NewComparer(received)
 	for _, m := range matches {
-		recv := int64(0)
-		if r, ok := got[poKey{m.PO, m.POLine}]; ok && r.SKU == m.SKU {
-			recv = r.Qty
-		}
-		base := Adjustment{InvoiceNo: m.InvoiceNo, Line: m.Line, SupplierID: m.SupplierID, SKU: m.SKU}
-		if m.BilledUnitPaise > m.POUnitPaise {
-			a := base
-			a.Kind = KindPrice
-			a.AmountPaise = (m.BilledUnitPaise - m.POUnitPaise) * m.BilledQty
-			a.ValueDeltaPaise = -a.AmountPaise
-			adjs = append(adjs, a)
-		}
-		if m.BilledQty > recv {
-			a := base
-			a.Kind = KindQty
-			a.AmountPaise = (m.BilledQty - recv) * m.POUnitPaise
-			a.QtyDelta = -(m.BilledQty - recv)
-			a.ValueDeltaPaise = -a.AmountPaise
-			adjs = append(adjs, a)
-		}
+		c.Add(m)
 	}
-	sortAdjustments(adjs)
-	return adjs
+	return c.Adjustments()
+}
+
+// Comparer sets matches against the receipts one at a time (see Compare), so that a big
+// night's matches need not be held at once.
+type Comparer struct {
+	received lineIndex[Receipt]
+	adjs     []Adjustment
+}
+
+// NewComparer indexes the receipts.
+func NewComparer(received []Receipt) *Comparer {
+	return &Comparer{received: newLineIndex(received, func(r Receipt) poKey { return poKey{r.PO, r.Line} }), adjs: []Adjustment{}}
+}
+
+// Add sets one match against what was received on its purchase-order line.
+func (c *Comparer) Add(m Match) {
+	recv := int64(0)
+	if r, ok := c.received.find(poKey{m.PO, m.POLine}); ok && r.SKU == m.SKU {
+		recv = r.Qty
+	}
+	base := Adjustment{InvoiceNo: m.InvoiceNo, Line: m.Line, SupplierID: m.SupplierID, SKU: m.SKU}
+	if m.BilledUnitPaise > m.POUnitPaise {
+		a := base
+		a.Kind = KindPrice
+		a.AmountPaise = (m.BilledUnitPaise - m.POUnitPaise) * m.BilledQty
+		a.ValueDeltaPaise = -a.AmountPaise
+		c.adjs = append(c.adjs, a)
+	}
+	if m.BilledQty > recv {
+		a := base
+		a.Kind = KindQty
+		a.AmountPaise = (m.BilledQty - recv) * m.POUnitPaise
+		a.QtyDelta = -(m.BilledQty - recv)
+		a.ValueDeltaPaise = -a.AmountPaise
+		c.adjs = append(c.adjs, a)
+	}
+}
+
+// Adjustments returns the adjustments of the matches added so far, sorted by KeySuffix.
+func (c *Comparer) Adjustments() []Adjustment {
+	sortAdjustments(c.adjs)
+	return c.adjs
 }
 
 func sortAdjustments(adjs []Adjustment) {

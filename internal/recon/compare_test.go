@@ -166,3 +166,26 @@ func TestRefsAndSKUs(t *testing.T) {
 		t.Fatalf("SKUs = %v", got)
 	}
 }
+
+// TestLinesFoundInAnyOrder: purchase-order lines and receipts are found by PO and line in
+// whatever order they come, and of two under one key the later counts (as a map would).
+func TestLinesFoundInAnyOrder(t *testing.T) {
+	pos := []PurchaseOrderLine{
+		{PO: "PO-2", Line: 1, SKU: "B", Qty: 5, UnitPaise: 100, SupplierID: "SUP-01"},
+		{PO: "PO-1", Line: 1, SKU: "A", Qty: 5, UnitPaise: 100, SupplierID: "SUP-01"},
+		{PO: "PO-1", Line: 1, SKU: "A", Qty: 5, UnitPaise: 90, SupplierID: "SUP-01"},
+	}
+	invs := []Invoice{
+		{InvoiceNo: "INV-1", SupplierID: "SUP-01", PORef: "PO-1", Lines: []Line{{No: 1, SKU: "A", Qty: 5, UnitPaise: 100}}},
+		{InvoiceNo: "INV-2", SupplierID: "SUP-01", PORef: "PO-2", Lines: []Line{{No: 1, SKU: "B", Qty: 5, UnitPaise: 100}, {No: 2, SKU: "C", Qty: 1, UnitPaise: 1}}},
+	}
+	ms, un := MatchLines(invs, pos)
+	if len(ms) != 2 || ms[0].POUnitPaise != 90 || ms[1].PO != "PO-2" || len(un) != 1 || un[0].InvoiceNo != "INV-2" {
+		t.Fatalf("MatchLines = %+v, %+v", ms, un)
+	}
+	received := []Receipt{{PO: "PO-2", Line: 1, SKU: "B", Qty: 5}, {PO: "PO-1", Line: 1, SKU: "A", Qty: 5}, {PO: "PO-1", Line: 1, SKU: "A", Qty: 4}}
+	adjs := Compare(ms, received)
+	if len(adjs) != 2 || adjs[0].Kind != KindPrice || adjs[0].AmountPaise != 50 || adjs[1].Kind != KindQty || adjs[1].QtyDelta != -1 {
+		t.Fatalf("Compare = %+v", adjs)
+	}
+}

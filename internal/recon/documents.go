@@ -45,6 +45,7 @@ func ListDocuments(inboxDir, warehouse, date string) ([]Document, error) {
 		return nil, fmt.Errorf("listing documents in %q: %w", dir, err)
 	}
 	docs := make([]Document, 0, len(entries))
+	buf := make([]byte, 32<<10) // one for every document: a big night has 100,000
 	for _, e := range entries {
 		name := e.Name()
 		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, docExt) || !e.Type().IsRegular() {
@@ -54,7 +55,7 @@ func ListDocuments(inboxDir, warehouse, date string) ([]Document, error) {
 		if err := checkID("invoice number", no); err != nil {
 			return nil, fmt.Errorf("listing documents in %q: %w", dir, err)
 		}
-		d, err := hashDocument(filepath.Join(dir, name))
+		d, err := hashDocument(filepath.Join(dir, name), buf)
 		if err != nil {
 			return nil, err
 		}
@@ -65,14 +66,14 @@ func ListDocuments(inboxDir, warehouse, date string) ([]Document, error) {
 	return docs, nil
 }
 
-func hashDocument(path string) (Document, error) {
+func hashDocument(path string, buf []byte) (Document, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return Document{}, fmt.Errorf("reading document %q: %w", path, err)
 	}
 	defer f.Close()
 	h := sha256.New()
-	n, err := io.Copy(h, f)
+	n, err := io.CopyBuffer(h, struct{ io.Reader }{f}, buf) // the struct hides File.WriteTo, which would not use buf
 	if err != nil {
 		return Document{}, fmt.Errorf("reading document %q: %w", path, err)
 	}
@@ -89,7 +90,11 @@ func DocumentDigest(content []byte) string {
 // in invoice-number order whatever the order of docs: it changes when any document is
 // added, removed or altered, and only then.
 func SourceFingerprint(docs []Document) string {
-	sorted := slices.SortedFunc(slices.Values(docs), func(a, b Document) int { return cmp.Compare(a.InvoiceNo, b.InvoiceNo) })
+	byNo := func(a, b Document) int { return cmp.Compare(a.InvoiceNo, b.InvoiceNo) }
+	sorted := docs // ListDocuments sorts them; a copy only for another order
+	if !slices.IsSortedFunc(docs, byNo) {
+		sorted = slices.SortedFunc(slices.Values(docs), byNo)
+	}
 	h := sha256.New()
 	for _, d := range sorted {
 		fmt.Fprintf(h, "%s %s\n", d.InvoiceNo, d.Digest)

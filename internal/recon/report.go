@@ -23,7 +23,12 @@ type Parked struct {
 // Summarize makes the report of a night from the invoices read, the adjustments and
 // the parked invoices.
 func Summarize(invs []Invoice, adjs []Adjustment, parked []Parked) Report {
-	r := Report{Invoices: len(invs), Lines: lineCount(invs), Adjustments: len(adjs)}
+	return SummarizeCounts(len(invs), lineCount(invs), adjs, parked)
+}
+
+// SummarizeCounts is Summarize from the number of invoices read and of their lines.
+func SummarizeCounts(invoices, lines int, adjs []Adjustment, parked []Parked) Report {
+	r := Report{Invoices: invoices, Lines: lines, Adjustments: len(adjs)}
 	for _, a := range adjs {
 		r.TotalPaise += a.AmountPaise
 	}

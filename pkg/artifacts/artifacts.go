@@ -1,6 +1,7 @@
 // Package artifacts stores step outputs: small ones inline in the checkpoint, larger ones in
 // the object store under content-addressed names that are never overwritten, and every read
-// checks the digest the checkpoint recorded.
+// checks the digest the checkpoint recorded. Read streams an output, so that a large one
+// need not be held whole.
 package artifacts
 
 import (
@@ -13,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -21,6 +23,12 @@ import (
 
 // InlineMax is the largest output kept inline in the checkpoint.
 const InlineMax = 1024
+
+// loadTimeout bounds the load of one object when the caller set no deadline.
+const loadTimeout = 2 * time.Minute
+
+// maxPrealloc bounds the buffer a load sizes from the record before reading.
+const maxPrealloc = 1 << 30
 
 // ErrDigest: what was read is not what the checkpoint recorded.
 var ErrDigest = errors.New("artifact digest mismatch")
@@ -42,17 +50,24 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string) (*Store, e
 // Digest is NATS's form: SHA-256=<base64url>.
 func Digest(b []byte) string {
 	h := sha256.Sum256(b)
-	return "SHA-256=" + base64.URLEncoding.EncodeToString(h[:])
+	return digestOf(h[:])
 }
+
+func digestOf(sum []byte) string { return "SHA-256=" + base64.URLEncoding.EncodeToString(sum) }
 
 // Save returns the checkpoint's pointer to data: inline when data is JSON of at most InlineMax
 // bytes, else an object named <run>/<step>/<sha256 hex>, written only if it is not there yet.
 func (s *Store) Save(ctx context.Context, runID, step string, data []byte) (*kvcheckpoint.Output, error) {
-	out := &kvcheckpoint.Output{Digest: Digest(data), Size: int64(len(data))}
 	if len(data) <= InlineMax && inlineStable(data) {
-		out.Inline = json.RawMessage(bytes.Clone(data))
-		return out, nil
+		return &kvcheckpoint.Output{Inline: json.RawMessage(bytes.Clone(data)), Digest: Digest(data), Size: int64(len(data))}, nil
 	}
+	return s.SaveObject(ctx, runID, step, data)
+}
+
+// SaveObject stores data as Save does, but as an object whatever its size: for what must
+// not grow what points at it, such as the index of a large output's parts.
+func (s *Store) SaveObject(ctx context.Context, runID, step string, data []byte) (*kvcheckpoint.Output, error) {
+	out := &kvcheckpoint.Output{Digest: Digest(data), Size: int64(len(data))}
 	h := sha256.Sum256(data)
 	name := runID + "/" + step + "/" + hex.EncodeToString(h[:])
 	out.Object = name
@@ -75,27 +90,55 @@ func (s *Store) Save(ctx context.Context, runID, step string, data []byte) (*kvc
 
 // Load returns the bytes an output points at, checking the digest.
 func (s *Store) Load(ctx context.Context, out *kvcheckpoint.Output) ([]byte, error) {
-	if out == nil {
-		return nil, errors.New("loading artifact: no output recorded")
-	}
 	var data []byte
-	if out.Object == "" {
-		data = out.Inline
-	} else {
-		r, err := s.obj.Get(ctx, out.Object)
-		if err != nil {
-			return nil, fmt.Errorf("loading artifact %q: %w", out.Object, err)
-		}
-		defer r.Close()
-		data, err = io.ReadAll(r)
-		if err != nil {
-			return nil, fmt.Errorf("loading artifact %q: %w", out.Object, err)
-		}
+	err := s.Read(ctx, out, func(r io.Reader) error {
+		// Sized from the record: growing by doubling would hold up to twice a large output.
+		buf := bytes.NewBuffer(make([]byte, 0, min(max(out.Size, 0), maxPrealloc)+bytes.MinRead))
+		_, err := buf.ReadFrom(r)
+		data = buf.Bytes()
+		return err
+	})
+	return data, err
+}
+
+// Read hands read the bytes an output points at as a stream, so that a large output need
+// not be held whole, then checks the digest over every byte (reading what read left): on
+// a mismatch it returns ErrDigest, and whatever read made of the bytes must be dropped.
+func (s *Store) Read(ctx context.Context, out *kvcheckpoint.Output, read func(io.Reader) error) error {
+	if out == nil {
+		return errors.New("loading artifact: no output recorded")
 	}
-	if got := Digest(data); got != out.Digest {
-		return nil, fmt.Errorf("artifact %q is %s, the checkpoint says %s: %w", out.Object, got, out.Digest, ErrDigest)
+	var src io.Reader = bytes.NewReader(out.Inline)
+	if out.Object != "" {
+		if _, ok := ctx.Deadline(); !ok {
+			// Without a deadline each read of the object may wait only 5 s for its next
+			// chunk, which a large object on a busy machine can miss.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, loadTimeout)
+			defer cancel()
+		}
+		obj, err := s.obj.Get(ctx, out.Object)
+		if err != nil {
+			return fmt.Errorf("loading artifact %q: %w", out.Object, err)
+		}
+		defer obj.Close()
+		src = obj
 	}
-	return data, nil
+	h := sha256.New()
+	r := io.TeeReader(src, h)
+	err := read(r)
+	// The rest too, so that the digest covers every byte. Bytes other than the record says
+	// are the cause of whatever read made of them.
+	if _, cerr := io.Copy(io.Discard, r); cerr != nil && err == nil {
+		err = cerr
+	}
+	if got := digestOf(h.Sum(nil)); got != out.Digest {
+		return fmt.Errorf("artifact %q is %s, the checkpoint says %s: %w", out.Object, got, out.Digest, ErrDigest)
+	}
+	if err != nil {
+		return fmt.Errorf("loading artifact %q: %w", out.Object, err)
+	}
+	return nil
 }
 
 // inlineStable: data survives the record's JSON encoding byte for byte (valid, compact, no

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 
@@ -303,5 +304,39 @@ func TestLoadMissing(t *testing.T) {
 	out := &kvcheckpoint.Output{Object: objectName("run-1", "extract", data), Digest: wantDigest(data), Size: 2000}
 	if _, err := f.store.Load(ctx, out); !errors.Is(err, jetstream.ErrObjectNotFound) {
 		t.Errorf("Load of a missing object = %v, want ErrObjectNotFound", err)
+	}
+}
+
+// TestReadStreams: a reader that takes only part of an output still has the digest checked
+// over every byte, and one that fails on bytes other than the record's gets ErrDigest.
+func TestReadStreams(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	data := bigJSON(300_000)
+	out, err := f.store.Save(ctx, "run-1", "match", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var head [16]byte
+	if err := f.store.Read(ctx, out, func(r io.Reader) error {
+		_, err := io.ReadFull(r, head[:])
+		return err
+	}); err != nil || !bytes.Equal(head[:], data[:16]) {
+		t.Fatalf("Read of the first 16 bytes = %q, %v", head, err)
+	}
+	bad := *out
+	bad.Digest = wantDigest([]byte("something else"))
+	failed := errors.New("not what was expected")
+	for name, read := range map[string]func(io.Reader) error{
+		"partial": func(r io.Reader) error { _, err := io.ReadFull(r, head[:]); return err },
+		"failing": func(io.Reader) error { return failed },
+	} {
+		if err := f.store.Read(ctx, &bad, read); !errors.Is(err, artifacts.ErrDigest) {
+			t.Errorf("%s Read with a wrong digest = %v, want ErrDigest", name, err)
+		}
+	}
+	if err := f.store.Read(ctx, out, func(io.Reader) error { return failed }); !errors.Is(err, failed) {
+		t.Errorf("Read whose reader failed = %v, want its error", err)
 	}
 }

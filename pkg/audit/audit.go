@@ -50,6 +50,11 @@ func (p *Publisher) msg(id string, a events.Audit) (*nats.Msg, error) {
 	return events.Encode(events.AuditSubject(a.RunID), e)
 }
 
+// pruneAt is how many unsettled publishes a batch holds before it drops the settled ones: a
+// step that records 100,000 document reads keeps only those still in flight, not every
+// message it published.
+const pruneAt = 1024
+
 // Record publishes one audit event asynchronously; id is its Nats-Msg-Id.
 func (b *Batch) Record(id string, a events.Audit) {
 	f, err := b.p.Post(id, a)
@@ -57,9 +62,32 @@ func (b *Batch) Record(id string, a events.Audit) {
 	defer b.mu.Unlock()
 	if err == nil {
 		b.futures = append(b.futures, f)
+		if len(b.futures) >= pruneAt && len(b.futures)%(pruneAt/2) == 0 {
+			b.prune()
+		}
 	} else if b.err == nil {
 		b.err = err
 	}
+}
+
+// prune drops the publishes already stored, keeping the first failure; b.mu is held.
+func (b *Batch) prune() {
+	kept := b.futures[:0]
+	for _, f := range b.futures {
+		select {
+		case <-f.Ok():
+			continue
+		case err := <-f.Err():
+			if b.err == nil {
+				b.err = fmt.Errorf("storing audit event %q: %w", f.Msg().Header.Get(jetstream.MsgIDHeader), err)
+			}
+			continue
+		default:
+		}
+		kept = append(kept, f)
+	}
+	clear(b.futures[len(kept):])
+	b.futures = kept
 }
 
 // Wait waits for every event recorded so far to be stored.

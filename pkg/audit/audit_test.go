@@ -53,3 +53,33 @@ func TestBatchAndPost(t *testing.T) {
 		t.Errorf("events %+v, want the 3 recorded then the posted one", evs)
 	}
 }
+
+// A batch far larger than it keeps in hand (it drops what is already stored as it goes)
+// still has every event stored when Wait returns.
+func TestLargeBatch(t *testing.T) {
+	ctx := context.Background()
+	js := natstest.JetStream(t)
+	if err := assets.Ensure(ctx, js, assets.Config{Steps: []string{"s1"}}); err != nil {
+		t.Fatal(err)
+	}
+	p := audit.New(js, "test", nil)
+	b := p.Batch()
+	const n = 5000
+	for i := range n {
+		b.Record(fmt.Sprintf("r1:s1:document.read:7:d%d:0", i), events.Audit{RunID: "r1", Step: "s1", Event: "document.read", Token: 7, Item: fmt.Sprintf("d%d", i)})
+	}
+	if err := b.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, assets.StreamAudit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != n {
+		t.Fatalf("%d audit events stored when Wait returned, want %d", info.State.Msgs, n)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"mime"
 
 	cejs "github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2"
@@ -48,13 +49,28 @@ func Encode(subject string, e Event) (*nats.Msg, error) {
 		return nil, fmt.Errorf("encoding %s %q for %q: %w: %w", e.Type, e.ID, subject, ErrInvalid, err)
 	}
 
-	var body bytes.Buffer
+	var body exactBody
 	hdr, err := cejs.WriteMsg(context.Background(), binding.ToMessage(&ev), &body)
 	if err != nil {
 		return nil, fmt.Errorf("encoding %s %q for %q: %w", e.Type, e.ID, subject, err)
 	}
 	hdr.Set(jetstream.MsgIDHeader, e.ID)
-	return &nats.Msg{Subject: subject, Header: hdr, Data: body.Bytes()}, nil
+	return &nats.Msg{Subject: subject, Header: hdr, Data: body.b}, nil
+}
+
+// exactBody keeps the body the sdk writes in a slice of its own size (the sdk hands over a
+// buffer holding the event's data). A bytes.Buffer would keep at least 512 bytes a message,
+// and asynchronous publishers hold many messages until they are stored.
+type exactBody struct{ b []byte }
+
+func (w *exactBody) ReadFrom(r io.Reader) (int64, error) {
+	if buf, ok := r.(*bytes.Buffer); ok {
+		w.b = append(w.b, buf.Next(buf.Len())...)
+		return int64(len(w.b)), nil
+	}
+	b, err := io.ReadAll(r)
+	w.b = append(w.b, b...)
+	return int64(len(b)), err
 }
 
 // Decode validates and decodes a CloudEvent in binary mode (a ce-specversion

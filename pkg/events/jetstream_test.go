@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -131,5 +132,66 @@ func TestReadSubject(t *testing.T) {
 	}
 	if len(evs) != 2 || evs[0].ID != "a1" || evs[1].ID != "a2" {
 		t.Fatalf("read %+v, want a1 and a2", evs)
+	}
+}
+
+// TestReadSubjectLong reads a history longer than the part asked for one message at a time:
+// the rest comes through a consumer, in order, and a short read creates no consumer.
+func TestReadSubjectLong(t *testing.T) {
+	js := startJetStream(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "AUDIT", Subjects: []string{"cairn.audit.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(run, id string) {
+		e, err := New(id, TypeAudit, "/cairn/test", run, time.Unix(1, 0), Audit{RunID: run, Event: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := Encode(AuditSubject(run), e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := directMax*2 + 5
+	for i := range long {
+		publish("run-long", fmt.Sprintf("l%d", i))
+		if i%3 == 0 {
+			publish("run-short", fmt.Sprintf("s%d", i))
+		}
+	}
+	consumers := func() int {
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Consumers
+	}
+	short, err := ReadSubject(ctx, js, "AUDIT", AuditSubject("run-short"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (long + 2) / 3; len(short) != want || short[0].ID != "s0" {
+		t.Fatalf("read %d events of run-short, want %d from s0", len(short), want)
+	}
+	if n := consumers(); n != 0 {
+		t.Fatalf("a read of %d events left %d consumers, want none", len(short), n)
+	}
+	evs, err := ReadSubject(ctx, js, "AUDIT", AuditSubject("run-long"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != long {
+		t.Fatalf("read %d events of run-long, want %d", len(evs), long)
+	}
+	for i, e := range evs {
+		if want := fmt.Sprintf("l%d", i); e.ID != want {
+			t.Fatalf("event %d is %s, want %s", i, e.ID, want)
+		}
 	}
 }

@@ -10,12 +10,21 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// directMax is how many messages ReadSubject asks the stream's leader for one by one before
+// it reads the rest through a consumer. Most reads end within it (a run's outbox, the saga
+// of a small run), and so create no consumer: a stream allows only so many, and a service
+// that settles a thousand runs at once would otherwise hold a thousand.
+const directMax = 64
+
 // ReadSubject returns every event stored on stream under subject (wildcards allowed), in
 // stream order, up to the last one the stream's leader holds when the read begins: on a
 // cluster the reading consumer may sit on a replica still catching up, so the read goes on
 // until it has seen the leader's last message, not until the replica says it is done.
 // Messages that do not decode are skipped: the services that consume them refuse them on
 // cairn.rejected, and a reader of history must not stop at them.
+//
+// The first messages are asked of the leader one at a time (the next under subject after
+// the last one read); a longer history is read on through an ordered consumer.
 func ReadSubject(ctx context.Context, js jetstream.JetStream, stream, subject string) ([]Event, error) {
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
@@ -28,13 +37,34 @@ func ReadSubject(ctx context.Context, js jetstream.JetStream, stream, subject st
 	if err != nil {
 		return nil, fmt.Errorf("reading %s on %s: %w", subject, stream, err)
 	}
-	// The reader's consumer goes away soon after the read: a stream allows only so many.
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}, InactiveThreshold: 15 * time.Second})
+	var out []Event
+	next := uint64(1)
+	for range directMax {
+		m, err := st.GetMsg(ctx, next, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return out, nil // the rest went (limits) since the read began
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading %s on %s at sequence %d: %w", subject, stream, next, err)
+		}
+		out = appendDecoded(out, &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
+		if m.Sequence >= last.Sequence {
+			return out, nil
+		}
+		next = m.Sequence + 1
+	}
+	return readOn(ctx, js, stream, subject, next, last.Sequence, out)
+}
+
+// readOn reads the messages under subject from sequence from to last through an ordered
+// consumer, which the server removes soon after the read.
+func readOn(ctx context.Context, js jetstream.JetStream, stream, subject string, from, last uint64, out []Event) ([]Event, error) {
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject},
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from, InactiveThreshold: 15 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("reading %s on %s: %w", subject, stream, err)
 	}
-	var out []Event
-	for seen := uint64(0); seen < last.Sequence; {
+	for seen := from - 1; seen < last; {
 		// What is there now, at once; when nothing is yet, wait a little for the next.
 		batch, err := cons.FetchNoWait(256)
 		if err != nil {
@@ -46,23 +76,27 @@ func ReadSubject(ctx context.Context, js jetstream.JetStream, stream, subject st
 			if meta, err := m.Metadata(); err == nil {
 				seen = meta.Sequence.Stream
 			}
-			if e, err := Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}); err == nil {
-				out = append(out, e)
-			}
+			out = appendDecoded(out, &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
 		}
 		if got > 0 {
 			continue
 		}
-		next, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
 		if err != nil {
-			return nil, fmt.Errorf("reading %s on %s: stopped at sequence %d of %d: %w", subject, stream, seen, last.Sequence, err)
+			return nil, fmt.Errorf("reading %s on %s: stopped at sequence %d of %d: %w", subject, stream, seen, last, err)
 		}
-		if meta, err := next.Metadata(); err == nil {
+		if meta, err := m.Metadata(); err == nil {
 			seen = meta.Sequence.Stream
 		}
-		if e, err := Decode(&nats.Msg{Subject: next.Subject(), Header: next.Headers(), Data: next.Data()}); err == nil {
-			out = append(out, e)
-		}
+		out = appendDecoded(out, &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
 	}
 	return out, nil
+}
+
+// appendDecoded appends m's event, or nothing when m is not one.
+func appendDecoded(out []Event, m *nats.Msg) []Event {
+	if e, err := Decode(m); err == nil {
+		return append(out, e)
+	}
+	return out
 }

@@ -7,6 +7,10 @@
 // says how to reverse its effect: the reversal is itself a keyed, fenced write (a ledger
 // entry "<key>:rev", the opposite stock adjustment, a withdrawal note "<key>:withdraw"), so
 // applying it twice is harmless.
+//
+// A record is one event, at most events.MaxSize: it carries what the reversal needs and a
+// digest of anything bulky (a message's body is on the outbox), never the bulk itself, so
+// that it fits whatever the size of the effect.
 package saga
 
 import (
