@@ -212,6 +212,11 @@ func freeURL() (string, error) {
 	return fmt.Sprintf("nats://127.0.0.1:%d", l.Addr().(*net.TCPAddr).Port), nil
 }
 
+// DevMemLimitEnv names the variable whose value, when set, is the GOMEMLIMIT of the `cairn
+// dev` processes the measurements start (not of the measuring process): how they run in a
+// container with a memory limit.
+const DevMemLimitEnv = "CAIRN_BENCH_DEV_GOMEMLIMIT"
+
 // startDev runs `cairn dev` (the n-th in dir, for its log's name) serving NATS on url, with
 // fault set in CAIRN_FAULTS, and connects to it.
 func startDev(bin, dir, url string, n int, fault string) (*dev, error) {
@@ -219,6 +224,9 @@ func startDev(bin, dir, url string, n int, fault string) (*dev, error) {
 		return nil, errors.New("no cairn binary to run cairn dev with")
 	}
 	env := append(os.Environ(), "CAIRN_DATA_DIR="+dir, "CAIRN_NATS_URL="+url, "CAIRN_FAULTS="+fault)
+	if limit := os.Getenv(DevMemLimitEnv); limit != "" {
+		env = append(env, "GOMEMLIMIT="+limit)
+	}
 	d := &dev{started: time.Now()}
 	p, err := devproc.Start(bin, env, filepath.Join(dir, fmt.Sprintf("dev-%d.log", n)), time.Minute)
 	if err != nil {
