@@ -235,28 +235,14 @@ func TestOpenPostgres(t *testing.T) {
 		}
 	}
 	// Every integer of the contract is 64 bits, as in SQLite.
-	rows, err := db.SQL().QueryContext(ctx, `SELECT table_name, column_name, data_type FROM information_schema.columns
-		WHERE table_schema = current_schema() AND data_type IN ('integer', 'smallint', 'bigint') ORDER BY 1, 2`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	n := 0
-	for rows.Next() {
-		var table, column, typ string
-		if err := rows.Scan(&table, &column, &typ); err != nil {
-			t.Fatal(err)
-		}
-		n++
+	cols := pgtest.IntegerColumns(t, db.SQL())
+	for col, typ := range cols {
 		if typ != "bigint" {
-			t.Errorf("%s.%s is %s, want bigint", table, column, typ)
+			t.Errorf("%s is %s, want bigint", col, typ)
 		}
 	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if n != 2*7 { // line, amount_paise; qty_delta, value_delta_paise; qty, value_paise; token; and the shadows
-		t.Errorf("%d integer columns, want 14", n)
+	if len(cols) != 2*7 { // line, amount_paise; qty_delta, value_delta_paise; qty, value_paise; token; and the shadows
+		t.Errorf("%d integer columns, want 14", len(cols))
 	}
 }
 

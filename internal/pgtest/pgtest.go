@@ -162,3 +162,31 @@ func (s *server) create(ctx context.Context, name string) error {
 	}
 	return nil
 }
+
+// IntegerColumns returns the data type of every integer column of the current schema's
+// tables ("table.column" → "bigint"), of the named tables only when any are named.
+func IntegerColumns(t testing.TB, db *sql.DB, tables ...string) map[string]string {
+	t.Helper()
+	if tables == nil {
+		tables = []string{} // an empty array, not NULL: every table
+	}
+	rows, err := db.QueryContext(context.Background(), `SELECT table_name, column_name, data_type FROM information_schema.columns
+		WHERE table_schema = current_schema() AND data_type IN ('integer', 'smallint', 'bigint')
+		AND (cardinality($1::text[]) = 0 OR table_name = ANY($1))`, tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var table, column, typ string
+		if err := rows.Scan(&table, &column, &typ); err != nil {
+			t.Fatal(err)
+		}
+		out[table+"."+column] = typ
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

@@ -276,28 +276,13 @@ func TestOpenSQLite(t *testing.T) {
 func TestERPTablesOnPostgresAreWide(t *testing.T) {
 	t.Parallel()
 	db := openERP(t, pgtest.DSN(t)).SQL()
-	rows, err := db.QueryContext(t.Context(), `SELECT table_name, column_name, data_type FROM information_schema.columns
-		WHERE table_schema = current_schema() AND table_name IN ('purchase_orders', 'stock_received', 'stock_levels')
-		AND data_type IN ('integer', 'smallint', 'bigint')`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	n := 0
-	for rows.Next() {
-		var table, column, typ string
-		if err := rows.Scan(&table, &column, &typ); err != nil {
-			t.Fatal(err)
-		}
-		n++
+	cols := pgtest.IntegerColumns(t, db, "purchase_orders", "stock_received", "stock_levels")
+	for col, typ := range cols {
 		if typ != "bigint" {
-			t.Errorf("%s.%s is %s, want bigint", table, column, typ)
+			t.Errorf("%s is %s, want bigint", col, typ)
 		}
 	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if n != 7 { // line, qty, unit_price_paise; line, qty; qty, value_paise
-		t.Errorf("%d integer columns, want 7", n)
+	if len(cols) != 7 { // line, qty, unit_price_paise; line, qty; qty, value_paise
+		t.Errorf("%d integer columns, want 7", len(cols))
 	}
 }

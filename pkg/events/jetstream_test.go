@@ -107,19 +107,7 @@ func TestReadSubject(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "AUDIT", Subjects: []string{"cairn.audit.>"}}); err != nil {
 		t.Fatal(err)
 	}
-	publish := func(run, id string) {
-		e, err := New(id, TypeAudit, "/cairn/test", run, time.Unix(1, 0), Audit{RunID: run, Event: "x"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := Encode(AuditSubject(run), e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := js.PublishMsg(ctx, m); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publish := func(run, id string) { publishAudit(t, ctx, js, run, id) }
 	publish("run-a", "a1")
 	publish("run-b", "b1")
 	if _, err := js.Publish(ctx, AuditSubject("run-a"), []byte("not an event")); err != nil {
@@ -145,19 +133,7 @@ func TestReadSubjectLong(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	publish := func(run, id string) {
-		e, err := New(id, TypeAudit, "/cairn/test", run, time.Unix(1, 0), Audit{RunID: run, Event: "x"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := Encode(AuditSubject(run), e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := js.PublishMsg(ctx, m); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publish := func(run, id string) { publishAudit(t, ctx, js, run, id) }
 	long := directMax*2 + 5
 	for i := range long {
 		publish("run-long", fmt.Sprintf("l%d", i))
@@ -193,5 +169,21 @@ func TestReadSubjectLong(t *testing.T) {
 		if want := fmt.Sprintf("l%d", i); e.ID != want {
 			t.Fatalf("event %d is %s, want %s", i, e.ID, want)
 		}
+	}
+}
+
+// publishAudit stores an audit event of run with id.
+func publishAudit(t *testing.T, ctx context.Context, js jetstream.JetStream, run, id string) {
+	t.Helper()
+	e, err := New(id, TypeAudit, "/cairn/test", run, time.Unix(1, 0), Audit{RunID: run, Event: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Encode(AuditSubject(run), e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
 	}
 }
