@@ -173,7 +173,9 @@ func (n *night) audit() map[string]int {
 
 func (n *night) db(name string) *sql.DB {
 	n.t.Helper()
-	db, err := sql.Open("sqlite", filepath.Join(n.dir, name))
+	// cairn dev may hold a write lock (creating its tables) while a test reads or writes:
+	// wait for it rather than fail with SQLITE_BUSY.
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(n.dir, name)+"?_pragma=busy_timeout(10000)")
 	if err != nil {
 		n.t.Fatal(err)
 	}
