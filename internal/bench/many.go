@@ -4,11 +4,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"time"
-
-	"github.com/cairnhq/cairn/internal/recon"
 )
 
 // ManyConfig says how many small nights Many runs at once.
@@ -52,8 +49,7 @@ func Many(ctx context.Context, c ManyConfig) (res ManyResult, err error) {
 	runs := make([]string, c.Runs)
 	for i := range runs {
 		wh := fmt.Sprintf("w%04d", i+1)
-		truth, err := recon.Generate(ctx, recon.GenConfig{Warehouse: wh, Date: nightDate, Invoices: c.Invoices, Mismatches: c.Mismatches, Seed: 1,
-			InboxDir: filepath.Join(dir, "inbox"), ERPPath: filepath.Join(dir, "erp.db"), TruthDir: filepath.Join(dir, "truth")})
+		truth, err := generate(ctx, dir, wh, c.Invoices, c.Mismatches)
 		if err != nil {
 			return res, err
 		}
@@ -61,19 +57,11 @@ func Many(ctx context.Context, c ManyConfig) (res ManyResult, err error) {
 		runs[i] = "run-" + nightDate + "-" + wh
 	}
 	res.GenSeconds = time.Since(began).Seconds()
-	url, err := freeURL()
-	if err != nil {
-		return res, err
-	}
-	d, err := startDev(c.Bin, dir, url, 1, "")
+	d, w, err := startWatched(ctx, c.Bin, dir)
 	if err != nil {
 		return res, err
 	}
 	defer d.stop()
-	w, err := d.watch(ctx)
-	if err != nil {
-		return res, err
-	}
 	defer w.stop()
 	t0 := time.Now()
 	started := make([]time.Time, len(runs))

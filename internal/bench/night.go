@@ -89,19 +89,11 @@ func Night(ctx context.Context, c NightConfig) (res NightResult, err error) {
 		return res, err
 	}
 	res.GenSeconds = time.Since(began).Seconds()
-	url, err := freeURL()
-	if err != nil {
-		return res, err
-	}
-	d, err := startDev(c.Bin, dir, url, 1, "")
+	d, w, err := startWatched(ctx, c.Bin, dir)
 	if err != nil {
 		return res, err
 	}
 	defer d.stop()
-	w, err := d.watch(ctx)
-	if err != nil {
-		return res, err
-	}
 	defer w.stop()
 	t0 := time.Now()
 	if err := d.startRun(ctx, nightRun, nightWarehouse, nightDate); err != nil {
@@ -239,6 +231,25 @@ func startDev(bin, dir, url string, n int, fault string) (*dev, error) {
 	}
 	d.js, _ = jetstream.New(d.nc)
 	return d, nil
+}
+
+// startWatched runs one `cairn dev` without faults on a free port and watches its runs'
+// checkpoints.
+func startWatched(ctx context.Context, bin, dir string) (*dev, *watcher, error) {
+	url, err := freeURL()
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := startDev(bin, dir, url, 1, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := d.watch(ctx)
+	if err != nil {
+		d.stop()
+		return nil, nil, err
+	}
+	return d, w, nil
 }
 
 func (d *dev) stop() {
