@@ -118,53 +118,60 @@ func benchTransitions(ctx context.Context, args []string) error {
 	return emit(res, *asJSON, err)
 }
 
-func benchNight(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("bench night", flag.ContinueOnError)
-	dir := fs.String("dir", "", "keep the data, storage and logs in this folder (emptied first); default a temporary one")
-	invoices := fs.Int("invoices", 312, "invoices in the night")
-	mismatches := fs.Int("mismatches", 40, "mismatching lines")
-	asJSON := fs.Bool("json", false, "print one JSON object")
-	if err := fs.Parse(args); err != nil {
-		return err
+// nightFlags are the flags of the measurements that run `cairn dev` (this binary): --dir and
+// --json; parse parses args and finds this binary.
+type nightFlags struct {
+	fs     *flag.FlagSet
+	dir    *string
+	asJSON *bool
+}
+
+func newNightFlags(name string) nightFlags {
+	fs := flag.NewFlagSet("bench "+name, flag.ContinueOnError)
+	return nightFlags{fs: fs,
+		dir:    fs.String("dir", "", "keep the data, storage and logs in this folder (emptied first); default a temporary one"),
+		asJSON: fs.Bool("json", false, "print one JSON object")}
+}
+
+func (f nightFlags) parse(args []string) (self string, err error) {
+	if err := f.fs.Parse(args); err != nil {
+		return "", err
 	}
-	self, err := os.Executable()
+	return os.Executable()
+}
+
+func benchNight(ctx context.Context, args []string) error {
+	f := newNightFlags("night")
+	invoices := f.fs.Int("invoices", 312, "invoices in the night")
+	mismatches := f.fs.Int("mismatches", 40, "mismatching lines")
+	self, err := f.parse(args)
 	if err != nil {
 		return err
 	}
-	res, err := bench.Night(ctx, bench.NightConfig{Bin: self, Invoices: *invoices, Mismatches: *mismatches, Dir: *dir})
-	return emit(res, *asJSON, err)
+	res, err := bench.Night(ctx, bench.NightConfig{Bin: self, Invoices: *invoices, Mismatches: *mismatches, Dir: *f.dir})
+	return emit(res, *f.asJSON, err)
 }
 
 func benchResume(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("bench resume", flag.ContinueOnError)
-	dir := fs.String("dir", "", "keep the data, storage and logs in this folder (emptied first); default a temporary one")
-	asJSON := fs.Bool("json", false, "print one JSON object")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	self, err := os.Executable()
+	f := newNightFlags("resume")
+	self, err := f.parse(args)
 	if err != nil {
 		return err
 	}
-	res, err := bench.Resume(ctx, bench.ResumeConfig{Bin: self, Dir: *dir})
-	return emit(res, *asJSON, err)
+	res, err := bench.Resume(ctx, bench.ResumeConfig{Bin: self, Dir: *f.dir})
+	return emit(res, *f.asJSON, err)
 }
 
 func benchMany(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("bench many", flag.ContinueOnError)
-	dir := fs.String("dir", "", "keep the data, storage and logs in this folder (emptied first); default a temporary one")
-	runs := fs.Int("runs", 1000, "R: nights at once, one warehouse each")
-	invoices := fs.Int("invoices", 30, "N: invoices a night")
-	asJSON := fs.Bool("json", false, "print one JSON object")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	self, err := os.Executable()
+	f := newNightFlags("many")
+	runs := f.fs.Int("runs", 1000, "R: nights at once, one warehouse each")
+	invoices := f.fs.Int("invoices", 30, "N: invoices a night")
+	self, err := f.parse(args)
 	if err != nil {
 		return err
 	}
-	res, err := bench.Many(ctx, bench.ManyConfig{Bin: self, Runs: *runs, Invoices: *invoices, Dir: *dir})
-	return emit(res, *asJSON, err)
+	res, err := bench.Many(ctx, bench.ManyConfig{Bin: self, Runs: *runs, Invoices: *invoices, Dir: *f.dir})
+	return emit(res, *f.asJSON, err)
 }
 
 func benchAll(ctx context.Context, args []string) error {
