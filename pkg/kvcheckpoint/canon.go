@@ -341,28 +341,30 @@ func (c *canonical) escape() bool {
 	default:
 		return false
 	}
-	switch r {
-	case '"':
-		c.out = append(c.out, '\\', '"')
-	case '\\':
-		c.out = append(c.out, '\\', '\\')
-	case '\b':
-		c.out = append(c.out, '\\', 'b')
-	case '\f':
-		c.out = append(c.out, '\\', 'f')
-	case '\n':
-		c.out = append(c.out, '\\', 'n')
-	case '\r':
-		c.out = append(c.out, '\\', 'r')
-	case '\t':
-		c.out = append(c.out, '\\', 't')
-	default:
-		if r < 0x20 {
-			const hex = "0123456789abcdef"
-			c.out = append(c.out, '\\', 'u', '0', '0', hex[r>>4], hex[r&0xf])
-		} else {
-			c.out = utf8.AppendRune(c.out, r)
-		}
+	if r < 0x20 || r == '"' || r == '\\' {
+		c.out = appendEscaped(c.out, byte(r))
+	} else {
+		c.out = utf8.AppendRune(c.out, r)
 	}
 	return true
+}
+
+// appendEscaped appends b, a control character, '"' or '\\', escaped as RFC 8785 has it.
+func appendEscaped(out []byte, b byte) []byte {
+	switch b {
+	case '"', '\\':
+		return append(out, '\\', b)
+	case '\b':
+		return append(out, '\\', 'b')
+	case '\f':
+		return append(out, '\\', 'f')
+	case '\n':
+		return append(out, '\\', 'n')
+	case '\r':
+		return append(out, '\\', 'r')
+	case '\t':
+		return append(out, '\\', 't')
+	}
+	const hex = "0123456789abcdef"
+	return append(out, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xf])
 }

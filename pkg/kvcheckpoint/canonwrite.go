@@ -347,23 +347,7 @@ func (c *canonical) string(s string) {
 			continue
 		}
 		c.out = append(c.out, s[start:i]...)
-		switch b {
-		case '"', '\\':
-			c.out = append(c.out, '\\', b)
-		case '\b':
-			c.out = append(c.out, '\\', 'b')
-		case '\f':
-			c.out = append(c.out, '\\', 'f')
-		case '\n':
-			c.out = append(c.out, '\\', 'n')
-		case '\r':
-			c.out = append(c.out, '\\', 'r')
-		case '\t':
-			c.out = append(c.out, '\\', 't')
-		default:
-			const hex = "0123456789abcdef"
-			c.out = append(c.out, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xf])
-		}
+		c.out = appendEscaped(c.out, b)
 		i++
 		start = i
 	}
