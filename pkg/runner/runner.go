@@ -22,6 +22,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/audit"
+	"github.com/cairnhq/cairn/pkg/consume"
 	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/faults"
 	"github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -69,6 +70,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Finishing is called after the last step moved the run to finishing. May be nil.
 	Finishing func(ctx context.Context, runID string)
+	// Ended is called at once when the consume loop ends by itself (the step's durable
+	// deleted, the connection closed), before the step in hand gets its grace; Run then
+	// returns the same error. May be nil. (A service turns unready with it.)
+	Ended func(err error)
 }
 
 func (c Config) withDefaults() Config {
@@ -175,7 +180,9 @@ func (r *Runner) Owner() kvcheckpoint.Owner { return r.owner }
 
 // Run consumes the step's messages until ctx ends, then stops taking work and gives the step
 // in hand StopGrace to finish before stopping it (its lease released, its message handed back
-// with a delay). It returns nil on a clean stop.
+// with a delay). It returns nil on a clean stop. A consume loop that ends by itself (the
+// step's durable deleted, the connection closed) is an error wrapping consume.ErrEnded:
+// Ended hears of it at once, the step in hand gets the same grace, then Run returns it.
 func (r *Runner) Run(ctx context.Context) error {
 	sub, err := r.cfg.JS.Conn().Subscribe(r.owner.Inbox, func(m *nats.Msg) { _ = m.Respond([]byte("alive")) })
 	if err != nil {
@@ -186,12 +193,20 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("looking up consumer %q: %w", r.cfg.StepName, err)
 	}
-	// The work goes on for StopGrace after ctx ends, so the step in hand may finish.
+	// The work goes on for StopGrace after the loop stops, so the step in hand may finish.
 	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
+	grace := time.AfterFunc(time.Hour, stopWork)
+	grace.Stop()
+	defer grace.Stop()
+	stopping := sync.OnceFunc(func() {
+		r.log.Info("stopping: no new work; the step in hand has its grace", slog.Duration("grace", r.cfg.StopGrace))
+		grace.Reset(r.cfg.StopGrace)
+	})
+	defer context.AfterFunc(ctx, stopping)()
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, r.cfg.Concurrency)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
+	handle := func(m jetstream.Msg) {
 		wg.Add(1)
 		if ctx.Err() != nil {
 			_ = m.Nak() // stopping: a message still buffered goes back at once, for another instance
@@ -217,20 +232,16 @@ func (r *Runner) Run(ctx context.Context) error {
 			defer func() { <-slots }()
 			r.Handle(work, m)
 		}()
-	}, jetstream.PullMaxMessages(r.cfg.Concurrency))
-	if err != nil {
-		return fmt.Errorf("consuming %q: %w", r.cfg.StepName, err)
 	}
-	<-ctx.Done()
-	r.log.Info("stopping: no new work; the step in hand has its grace", slog.Duration("grace", r.cfg.StopGrace))
-	grace := time.AfterFunc(r.cfg.StopGrace, stopWork)
-	defer grace.Stop()
-	cc.Drain()
-	select {
-	case <-cc.Closed():
-	case <-time.After(r.cfg.StopGrace + 10*time.Second):
-		cc.Stop()
-	}
+	err = consume.Run(ctx, cons, handle, consume.Pull(jetstream.PullMaxMessages(r.cfg.Concurrency)),
+		consume.Drain(), consume.StopWithin(r.cfg.StopGrace+10*time.Second), consume.Logger(r.log),
+		consume.Ended(func(err error) {
+			r.log.Error("the step's consume loop ended", slog.Any("error", err))
+			if r.cfg.Ended != nil {
+				r.cfg.Ended(err)
+			}
+			stopping()
+		}))
 	wg.Wait()
 	for range cap(r.unacked) { // every publish answered (or given up on)
 		r.unacked <- struct{}{}
@@ -238,7 +249,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	for range cap(r.unacked) {
 		<-r.unacked
 	}
-	return nil
+	return err
 }
 
 // observe records how long an attempt took, by outcome.
