@@ -69,30 +69,67 @@ func flush(shutdown func(context.Context) error) {
 	_ = shutdown(ctx)
 }
 
-// RunAll runs the named services in one process until ctx ends.
+// RunAll runs the named services in one process until ctx ends. A service that stops by
+// itself (a consume loop that ended: its durable deleted, the connection closed) makes the
+// process unready at once, naming it, then stops the others, within a bound, and RunAll
+// returns its error: the process exits non-zero and its supervisor (systemd, Kubernetes,
+// compose) restarts it.
 func (d *Deps) RunAll(ctx context.Context, names ...string) error {
 	env, closeEnv, err := d.NightEnv(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeEnv()
-	d.running.Store(true)
-	defer d.running.Store(false)
-	g, ctx := errgroup.WithContext(ctx)
+	runs := make(map[string]func(context.Context) error, len(names))
 	for _, name := range names {
 		switch name {
 		case "supervisor":
-			g.Go(func() error { return d.RunSupervisor(ctx) })
+			runs[name] = d.RunSupervisor
 		case "outbox-sender":
-			g.Go(func() error { return d.RunOutboxSender(ctx) })
+			runs[name] = d.RunOutboxSender
 		case "compensator":
-			g.Go(func() error { return d.RunCompensator(ctx, env) })
+			runs[name] = func(ctx context.Context) error { return d.RunCompensator(ctx, env) }
 		default:
 			if _, ok := night.Pipeline.Step(name); !ok {
 				return fmt.Errorf("unknown service %q", name)
 			}
-			g.Go(func() error { return d.RunStep(ctx, env, name) })
+			runs[name] = func(ctx context.Context) error { return d.RunStep(ctx, env, name) }
 		}
 	}
-	return g.Wait()
+	d.running.Store(true)
+	defer d.running.Store(false)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	g, gctx := errgroup.WithContext(ctx)
+	for _, name := range names {
+		g.Go(func() error {
+			err := runs[name](gctx)
+			if err == nil && gctx.Err() == nil {
+				err = errReturned
+			}
+			if err != nil {
+				err = fmt.Errorf("service %s stopped: %w", name, err)
+				d.fail(err)
+			}
+			return err
+		})
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-d.failed:
+	}
+	// A service failed: the others stop, each within its own bound; this bounds them all.
+	cancel(d.failure())
+	limit := d.Config.StopGrace + 15*time.Second
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return fmt.Errorf("%w (the other services did not stop within %s)", d.failure(), limit)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -86,6 +87,29 @@ type Deps struct {
 	MetricsAddr net.Addr
 
 	running atomic.Bool // RunAll has opened the databases and started the services
+
+	failOnce sync.Once
+	failed   chan struct{} // closed by fail
+	failErr  error         // the first service that stopped by itself, set before failed closes
+}
+
+// fail marks the process unready for good with err (a service that stopped by itself);
+// the first failure wins.
+func (d *Deps) fail(err error) {
+	d.failOnce.Do(func() {
+		d.failErr = err
+		close(d.failed)
+	})
+}
+
+// failure is the error fail recorded, nil before.
+func (d *Deps) failure() error {
+	select {
+	case <-d.failed:
+		return d.failErr
+	default:
+		return nil
+	}
 }
 
 // Open checks the assets, looks them up, and serves /metrics on CAIRN_METRICS_ADDR until ctx
@@ -94,7 +118,7 @@ func Open(ctx context.Context, c Config, js jetstream.JetStream, log *slog.Logge
 	if err := assets.Check(ctx, js, c.Assets()); err != nil {
 		return nil, fmt.Errorf("checking the NATS assets (run cairn init): %w", err)
 	}
-	d := &Deps{Config: c, JS: js, Logger: log, Now: time.Now, Metrics: metrics.New()}
+	d := &Deps{Config: c, JS: js, Logger: log, Now: time.Now, Metrics: metrics.New(), failed: make(chan struct{})}
 	d.Metrics.SetReady(func() error { return d.ready(ctx) })
 	var err error
 	if d.Store, err = kc.Open(ctx, js, assets.BucketRuns, kc.WithClock(func() time.Time { return d.Now() })); err != nil {
@@ -123,11 +147,13 @@ func Open(ctx context.Context, c Config, js jetstream.JetStream, log *slog.Logge
 	return d, nil
 }
 
-// ready says whether the process can do its work now: its services are running, it is not
-// stopping, and its NATS connection is up (a service whose server is gone, or which is
+// ready says whether the process can do its work now: none of its services stopped by
+// itself, its services are running, it is not stopping, and its NATS connection is up (a service whose server is gone, or which is
 // reconnecting, is not ready). /readyz answers it.
 func (d *Deps) ready(ctx context.Context) error {
 	switch {
+	case d.failure() != nil:
+		return d.failure()
 	case ctx.Err() != nil:
 		return errors.New("stopping")
 	case d.JS.Conn().Status() != nats.CONNECTED:
@@ -183,6 +209,8 @@ func (d *Deps) RunStep(ctx context.Context, env *night.Env, step string) error {
 		MaxDeliver: d.Config.MaxDeliver, Faults: d.Faults, Now: d.Now, Logger: d.Logger.With(slog.String("service", step)),
 		Finishing: d.settle, StopGrace: d.Config.StopGrace, Metrics: d.Metrics, Concurrency: d.Config.StepConcurrency,
 		Approval: slices.Contains(d.Config.ApprovalSteps, step), Notify: d.notify,
+		// Unready at once: the step in hand still has its grace before Run returns.
+		Ended: func(err error) { d.fail(fmt.Errorf("service %s stopped: %w", step, err)) },
 	})
 	if err != nil {
 		if slices.Contains(d.Config.ApprovalSteps, step) {

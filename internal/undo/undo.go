@@ -26,6 +26,7 @@ import (
 	"github.com/cairnhq/cairn/internal/books"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/audit"
+	"github.com/cairnhq/cairn/pkg/consume"
 	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/faults"
 	"github.com/cairnhq/cairn/pkg/fence"
@@ -81,7 +82,9 @@ func New(c Config) (*Compensator, error) {
 		log: c.Logger.With(slog.String("service", "compensator"), slog.String("owner", owner.Name))}, nil
 }
 
-// Run consumes the compensator durable until ctx ends; it returns nil on a clean stop.
+// Run consumes the compensator durable until ctx ends; it returns nil on a clean stop, and an
+// error wrapping consume.ErrEnded when the loop ends by itself (the durable deleted, the
+// connection closed).
 func (c *Compensator) Run(ctx context.Context) error {
 	sub, err := c.cfg.JS.Conn().Subscribe(c.owner.Inbox, func(m *nats.Msg) { _ = m.Respond([]byte("alive")) })
 	if err != nil {
@@ -92,18 +95,8 @@ func (c *Compensator) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("looking up consumer %q: %w", assets.ConsumerCompensator, err)
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) { c.Handle(ctx, m) }, jetstream.PullMaxMessages(1))
-	if err != nil {
-		return fmt.Errorf("consuming %q: %w", assets.ConsumerCompensator, err)
-	}
-	<-ctx.Done()
-	cc.Drain()
-	select {
-	case <-cc.Closed():
-	case <-time.After(10 * time.Second):
-		cc.Stop()
-	}
-	return nil
+	return consume.Run(ctx, cons, func(m jetstream.Msg) { c.Handle(ctx, m) }, consume.Pull(jetstream.PullMaxMessages(1)),
+		consume.Drain(), consume.StopWithin(10*time.Second), consume.Logger(c.log))
 }
 
 // errWait: the undo cannot start yet (a step still holds the lease); the command comes back.

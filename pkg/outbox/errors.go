@@ -21,8 +21,4 @@ var (
 
 	// errBusy means another live sender holds the message's mark right now: retry later.
 	errBusy = errors.New("another sender is delivering the message")
-
-	// errConsumeEnded means the consumer stopped although Run was not told to stop
-	// (the consumer was deleted, the connection closed).
-	errConsumeEnded = errors.New("consumer stopped on its own")
 )

@@ -3,17 +3,19 @@ package outbox
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/pkg/consume"
 )
 
 // stopTimeout bounds the wait for the consumer to close after a stop.
 const stopTimeout = 5 * time.Second
 
-// Run consumes the outbox until ctx ends and returns nil on a clean stop. The
+// Run consumes the outbox until ctx ends and returns nil on a clean stop, or an error
+// wrapping consume.ErrEnded when the loop ends by itself (the durable deleted). The
 // message in hand when ctx ends is finished (each turn is bounded by the
 // config's Timeout), so a stop does not leave a mark at sending for nothing.
 func (s *Sender) Run(ctx context.Context) error {
@@ -33,7 +35,9 @@ func (s *Sender) Run(ctx context.Context) error {
 
 	turnCtx := context.WithoutCancel(ctx)
 	var g gate
-	cc, err := cons.Consume(func(msg jetstream.Msg) {
+	defer g.close()
+	defer context.AfterFunc(ctx, g.shut)() // no new turn once stopping
+	return consume.Run(ctx, cons, func(msg jetstream.Msg) {
 		if !g.enter() {
 			// Stopping: hand the message back for another sender.
 			_ = msg.NakWithDelay(backoff(msg))
@@ -44,31 +48,9 @@ func (s *Sender) Run(ctx context.Context) error {
 		_ = s.Handle(turnCtx, msg)
 	},
 		// Mail is a trickle: one message in hand at a time means a stop strands none.
-		jetstream.PullMaxMessages(1),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			s.c.Logger.Warn("outbox consumer", slog.String(attrError, err.Error()))
-		}),
+		consume.Pull(jetstream.PullMaxMessages(1)),
+		consume.StopWithin(stopTimeout), consume.Logger(s.c.Logger),
 	)
-	if err != nil {
-		return fmt.Errorf("consuming %q on stream %q: %w", s.c.Consumer, s.c.Stream, err)
-	}
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case <-cc.Closed():
-		runErr = fmt.Errorf("consuming %q on stream %q: %w", s.c.Consumer, s.c.Stream, errConsumeEnded)
-	}
-	cc.Stop()
-	g.close()
-	t := time.NewTimer(stopTimeout)
-	defer t.Stop()
-	select {
-	case <-cc.Closed():
-	case <-t.C:
-		s.c.Logger.Warn("outbox consumer did not close in time", slog.Duration("waited", stopTimeout))
-	}
-	return runErr
 }
 
 // gate lets Run wait for the turn in progress and refuse new ones once stopping.
@@ -90,9 +72,15 @@ func (g *gate) enter() bool {
 
 func (g *gate) leave() { g.busy.Done() }
 
-func (g *gate) close() {
+// shut refuses new turns.
+func (g *gate) shut() {
 	g.mu.Lock()
 	g.closed = true
 	g.mu.Unlock()
+}
+
+// close refuses new turns and waits for the one in progress.
+func (g *gate) close() {
+	g.shut()
 	g.busy.Wait()
 }

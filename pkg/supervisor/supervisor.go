@@ -14,6 +14,7 @@ import (
 
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/audit"
+	"github.com/cairnhq/cairn/pkg/consume"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/metrics"
@@ -108,7 +109,9 @@ func New(c Config) (*Supervisor, error) {
 }
 
 // Run frees the leases of owners that are gone, then consumes commands and sweeps until ctx
-// ends. It returns nil on a clean stop.
+// ends. It returns nil on a clean stop, and an error wrapping consume.ErrEnded when the
+// command loop or the watch on the checkpoints ends by itself (the control durable deleted,
+// the connection closed).
 func (s *Supervisor) Run(ctx context.Context) error {
 	w, err := s.cfg.Store.KV().WatchAll(ctx)
 	if err != nil {
@@ -131,16 +134,17 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("looking up consumer %q: %w", assets.ConsumerControl, err)
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) { s.Handle(ctx, m) })
-	if err != nil {
-		return fmt.Errorf("consuming %q: %w", assets.ConsumerControl, err)
-	}
+	// The command loop and the sweeps stop together: whichever ends first ends the other.
+	loopCtx, stopLoop := context.WithCancel(ctx)
+	loop := make(chan error, 1)
+	go func() {
+		loop <- consume.Run(loopCtx, cons, func(m jetstream.Msg) { s.Handle(ctx, m) },
+			consume.Drain(), consume.StopWithin(5*time.Second), consume.Logger(s.log))
+	}()
 	defer func() {
-		cc.Drain()
-		select {
-		case <-cc.Closed():
-		case <-time.After(5 * time.Second):
-			cc.Stop()
+		stopLoop()
+		if loop != nil {
+			<-loop
 		}
 	}()
 	t := time.NewTicker(s.cfg.Sweep)
@@ -150,12 +154,18 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case err := <-loop:
+			loop = nil
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
 		case e, ok := <-w.Updates():
 			if !ok {
 				if ctx.Err() != nil {
 					return nil // the watch ends with ctx: a clean stop
 				}
-				return errors.New("the watch on the checkpoints ended")
+				return fmt.Errorf("watching the checkpoints: %w", consume.ErrEnded)
 			}
 			if e != nil {
 				s.observe(e)
