@@ -5,11 +5,13 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/faults"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
 
@@ -66,6 +68,58 @@ func TestServicesExitWhenTheirDurableIsDeleted(t *testing.T) {
 	h.svc("post-ledger")
 	h.waitStatus(runLimit, kc.Done)
 	h.assertTruth()
+}
+
+// The same under `cairn dev`, for the compensator's durable: deleted while post-ledger
+// holds its step, the process turns unready naming the compensator, stops the rest (the
+// step in hand has its grace) and exits 1. `cairn dev` again puts the durable back and
+// finishes the night, equal to its truth.
+func TestDevExitsWhenTheCompensatorsDurableIsDeleted(t *testing.T) {
+	n := newNight(t, 0)
+	addr, err := freeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.start("CAIRN_FAULTS="+stallAt24, "CAIRN_STOP_GRACE=20s", "CAIRN_METRICS_ADDR="+addr)
+	readyz := "http://" + addr + "/readyz"
+	var code int
+	var body string
+	if !poll(time.Minute, func() bool {
+		code, body = getReadyz(readyz)
+		return code == http.StatusOK
+	}) {
+		t.Fatalf("/readyz of cairn dev: %d %q, want 200 within a minute", code, body)
+	}
+	n.startRun()
+	if !poll(runLimit, func() bool { return faults.Fired(filepath.Join(n.dir, "faults"), stallAt24) }) {
+		t.Fatalf("fault %s did not fire within %s", stallAt24, runLimit)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := n.js.DeleteConsumer(ctx, assets.StreamRuns, assets.ConsumerCompensator); err != nil {
+		t.Fatal(err)
+	}
+	if !poll(time.Minute, func() bool {
+		code, body = getReadyz(readyz)
+		return code == http.StatusServiceUnavailable
+	}) {
+		t.Fatalf("/readyz after the durable was deleted: %d %q, want 503 within a minute", code, body)
+	}
+	if !strings.Contains(body, "service compensator stopped") || !strings.Contains(body, `consumer "compensator"`) {
+		t.Fatalf("/readyz: %q, want the reason naming the compensator and its durable", body)
+	}
+	exit, err := n.dev.Wait(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exit != 1 {
+		t.Fatalf("cairn dev exited %d after the compensator's durable was deleted, want 1", exit)
+	}
+
+	n.start()
+	n.waitStatus(runLimit, kc.Done)
+	n.assertTruth()
 }
 
 // getReadyz asks a /readyz; code 0 when the process does not answer.
