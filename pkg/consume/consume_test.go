@@ -70,19 +70,21 @@ func handled(t *testing.T, js jetstream.JetStream, seen <-chan string, n int) {
 }
 
 // A durable deleted under a running loop ends it with an error that names the consumer
-// and its stream and wraps ErrEnded and the cause; Ended hears of it first. Deleted while
-// the loop waits for messages (the server ends its pull) or while the handler is busy (the
-// next pull meets no one), the loop ends either way.
+// and its stream and wraps ErrEnded and the cause; Ended hears of it first. Whenever the
+// deletion comes: while the loop's pull waits (the server answers 409 Consumer Deleted),
+// while the handler is busy (the next pull meets no responders), or just as the loop pulls
+// again (its pull is never answered: the missed heartbeats make Run ask for the consumer,
+// here after 2s, by default after 30s).
 func TestRunEndsWhenItsDurableIsDeleted(t *testing.T) {
-	for _, busy := range []bool{false, true} {
-		t.Run(fmt.Sprintf("busy=%v", busy), func(t *testing.T) {
+	for _, when := range []string{"waiting", "busy", "pulling again"} {
+		t.Run(when, func(t *testing.T) {
 			js, cons := setup(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			seen := make(chan string, 10)
 			inHand, release := make(chan struct{}), make(chan struct{})
 			handle := func(m jetstream.Msg) {
-				if busy && m.Subject() == "work.busy" {
+				if m.Subject() == "work.busy" {
 					close(inHand)
 					<-release
 				}
@@ -91,10 +93,13 @@ func TestRunEndsWhenItsDurableIsDeleted(t *testing.T) {
 			}
 			var told error
 			endedCalled := make(chan struct{})
-			done := start(ctx, cons, handle, consume.Pull(jetstream.PullMaxMessages(1)),
+			done := start(ctx, cons, handle, consume.Pull(jetstream.PullMaxMessages(1), jetstream.PullExpiry(2*time.Second)),
 				consume.Ended(func(err error) { told = err; close(endedCalled) }))
 			handled(t, js, seen, 2)
-			if busy {
+			switch when {
+			case "waiting":
+				waitPulling(t, cons)
+			case "busy":
 				if _, err := js.Publish(ctx, "work.busy", []byte("job")); err != nil {
 					t.Fatal(err)
 				}
@@ -103,11 +108,10 @@ func TestRunEndsWhenItsDurableIsDeleted(t *testing.T) {
 			if err := js.DeleteConsumer(ctx, "WORK", "step"); err != nil {
 				t.Fatal(err)
 			}
-			if busy {
+			if when == "busy" {
 				close(release)
 			}
 			err := wait(t, done)
-			t.Logf("Run: %v", err)
 			if !errors.Is(err, consume.ErrEnded) {
 				t.Fatalf("Run: %v, want ErrEnded", err)
 			}
@@ -128,6 +132,29 @@ func TestRunEndsWhenItsDurableIsDeleted(t *testing.T) {
 				t.Fatalf("Ended heard %v, Run returned %v", told, err)
 			}
 		})
+	}
+}
+
+// waitPulling waits until the durable has a pull request waiting.
+func waitPulling(t *testing.T, cons jetstream.Consumer) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumWaiting > 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("no pull request waiting within a minute")
+		case <-tick.C:
+		}
 	}
 }
 

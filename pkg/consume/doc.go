@@ -16,7 +16,11 @@
 // pull. Run then returns an error wrapping [ErrEnded] and the cause (for example
 // jetstream.ErrConsumerDeleted or jetstream.ErrConsumerNotFound), naming the consumer and
 // its stream. A missed heartbeat alone is not an end: nats.go pulls again by itself, and
-// Run asks the server whether the consumer still exists before it gives up on it.
+// Run asks the server whether the consumer still exists before it gives up on it. So a
+// deletion is noticed at once while a pull waits or when the next one is made, and within
+// two pull heartbeats (30s with the default pull expiry) when it races a pull that the
+// dying consumer takes and never answers. While the handler is busy no pull waits, so a
+// handler that takes messages one at a time notices after the message in hand.
 //
 // The process decides what an end means; Cairn's services turn unready (/readyz answers
 // 503 naming the loop) and exit non-zero, so that systemd, Kubernetes or compose restarts
