@@ -40,4 +40,12 @@
 // message comes back with NakWithDelay, until the loop guard hands the run over. A fenced
 // attempt stops at once and publishes nothing. Anything else hands the run over to a person,
 // with a note in cairn-handovers.
+//
+// # Stopping
+//
+// Run consumes through consume.Run. When ctx ends it takes no new work and gives the step
+// in hand Config.StopGrace before stopping it (lease released, message handed back), and
+// returns nil. When the loop ends by itself (the step's durable deleted) Config.Ended hears
+// of it at once, the step in hand gets the same grace, and Run returns the error, wrapping
+// consume.ErrEnded: a runner never sits idle on a loop that has ended.
 package runner
