@@ -148,8 +148,9 @@ func Open(ctx context.Context, c Config, js jetstream.JetStream, log *slog.Logge
 }
 
 // ready says whether the process can do its work now: none of its services stopped by
-// itself, its services are running, it is not stopping, and its NATS connection is up (a service whose server is gone, or which is
-// reconnecting, is not ready). /readyz answers it.
+// itself (a loop that ended keeps the process unready until it exits), its services are
+// running, it is not stopping, and its NATS connection is up (a service whose server is
+// gone, or which is reconnecting, is not ready). /readyz answers it.
 func (d *Deps) ready(ctx context.Context) error {
 	switch {
 	case d.failure() != nil:
