@@ -218,10 +218,10 @@ func derefOr[T any](p *T) T {
 	return *p
 }
 
-// Fit makes r at most MaxSize by giving up diagnostics, and only them: it cuts the
-// last_error of every step, the verified steps' first, then drops the verified steps'
-// (their failures are on the audit timeline), then empties the parked lists that a
-// parked_artifact holds in full. It is what lets a write that records a failure or a
+// Fit makes r at most MaxSize by giving up diagnostics, and only them, in this order: it cuts
+// the verified steps' last_error texts, then drops them (their failures are on the audit
+// timeline), then empties the parked lists that a parked_artifact holds in full, and only
+// then cuts the last_error of the steps not verified, the failure being recorded. It is what lets a write that records a failure or a
 // handover always fit; every write of a Store applies it before refusing a record as
 // ErrTooLarge. It returns ErrTooLarge when r is still too large.
 func Fit(r *Record) error {
@@ -229,30 +229,29 @@ func Fit(r *Record) error {
 	if err != nil || n <= MaxSize {
 		return err
 	}
-	verifiedFirst := make([]string, 0, len(r.Pipeline))
+	var verified, others []string
 	for _, s := range r.Pipeline {
 		if r.Step(s).Status == Verified {
-			verifiedFirst = append(verifiedFirst, s)
+			verified = append(verified, s)
+		} else {
+			others = append(others, s)
 		}
 	}
-	for _, s := range r.Pipeline {
-		if r.Step(s).Status != Verified {
-			verifiedFirst = append(verifiedFirst, s)
-		}
-	}
-	cuts := []func() bool{}
-	for _, limit := range []int{MaxKeptError, 48} {
-		for _, name := range verifiedFirst {
+	var cuts []func() bool
+	cutAll := func(steps []string, limit int) {
+		for _, name := range steps {
 			cuts = append(cuts, func() bool { return cutError(r.Step(name), limit) })
 		}
 	}
-	for _, name := range verifiedFirst {
+	cutAll(verified, MaxKeptError)
+	cutAll(verified, 48)
+	for _, name := range verified {
 		cuts = append(cuts, func() bool {
 			s := r.Step(name)
-			if s.Status != Verified || s.LastError == nil {
+			if s.LastError == nil {
 				return false
 			}
-			s.LastError = nil // the audit stream keeps the failure
+			s.LastError = nil // the audit timeline keeps the failure
 			return true
 		})
 	}
@@ -266,6 +265,8 @@ func Fit(r *Record) error {
 			return true
 		})
 	}
+	cutAll(others, MaxKeptError) // the failing steps' own errors, last
+	cutAll(others, 48)
 	for _, cut := range cuts {
 		if !cut() {
 			continue
