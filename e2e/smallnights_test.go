@@ -29,10 +29,10 @@ type smallNight struct {
 }
 
 // smallNights are the nights of 1 to 12 invoices over 30 seeds each (CAIRN_E2E_FULL=1), or a
-// spread of them: every size over five seeds (one under -short), and always the night of
+// spread of them: every size over two seeds (one under -short), and always the night of
 // issue 13 (3 invoices, 3 mismatches, seed 11, warehouse ldh, 2026-11-01).
 func smallNights() []smallNight {
-	seeds := []int64{1, 7, 11, 19, 30}
+	seeds := []int64{11, 30}
 	switch {
 	case os.Getenv("CAIRN_E2E_FULL") == "1":
 		seeds = nil
@@ -62,6 +62,7 @@ func smallNights() []smallNight {
 // and default run id, and ends done and equal to its ground truth: its ledger rows, its stock
 // adjustments and levels, its debit notes and report.
 func TestSmallNightsFinish(t *testing.T) {
+	began := time.Now()
 	dir := t.TempDir()
 	nights := smallNights()
 	ctx := context.Background()
@@ -75,6 +76,7 @@ func TestSmallNightsFinish(t *testing.T) {
 			t.Fatalf("generating %d invoices, seed %d: %v", n.invoices, n.seed, err)
 		}
 	}
+	t.Logf("%d nights generated in %s", len(nights), time.Since(began))
 	h := newNight(t, 0) // for its port and helpers; the data is this test's
 	h.dir = dir
 	h.start("CAIRN_STEP_CONCURRENCY=16")
@@ -117,6 +119,7 @@ func TestSmallNightsFinish(t *testing.T) {
 			t.Fatalf("%d of %d nights ended within %s; the others: %v (log %s)", len(final), len(nights), runLimit, stuck, h.dev.Log)
 		}
 	}
+	t.Logf("%d nights ended %s after the start", len(nights), time.Since(began))
 	ledger, erp := h.db("ledger.db"), h.db("erp.db")
 	for _, n := range nights {
 		rec := final[n.run]
