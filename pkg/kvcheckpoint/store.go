@@ -198,7 +198,7 @@ func (s *Store) MutateFrom(ctx context.Context, cur *Record, rev uint64, runID s
 			return cur, rev, err
 		}
 		s.stamp(next)
-		b, err := Encode(next)
+		b, err := encodeFit(next)
 		if err != nil {
 			return nil, 0, err
 		}

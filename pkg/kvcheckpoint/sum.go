@@ -49,7 +49,7 @@ func Encode(r *Record) ([]byte, error) {
 
 func checkSize(r *Record, out []byte) ([]byte, error) {
 	if len(out) > MaxSize {
-		return nil, fmt.Errorf("checkpoint %q is %d bytes: %w", r.RunID, len(out), ErrTooLarge)
+		return nil, &tooLarge{runID: r.RunID, size: len(out)}
 	}
 	return out, nil
 }

@@ -20,6 +20,9 @@ var (
 	ErrVerify = errors.New("verification failed")
 	// ErrSourceChanged: the documents changed since the run read them.
 	ErrSourceChanged = errors.New("source changed")
+	// ErrRecordFull: the checkpoint record has no room for what the step would write (its
+	// commit and a failure), even with its outputs moved to the artifact store.
+	ErrRecordFull = errors.New("checkpoint record full")
 )
 
 // Temporary marks err as temporary.

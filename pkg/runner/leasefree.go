@@ -15,6 +15,15 @@ import (
 // runLeaseFree runs a step that takes no lease: it commits with one compare-and-set on the
 // revision it read; on a conflict it re-reads, and a verified step means another did it.
 func (r *Runner) runLeaseFree(ctx context.Context, m jetstream.Msg, rec *kc.Record, rev uint64, redelivered bool) settleFunc {
+	if kc.StepRoom(rec, r.cfg.StepName) < 0 {
+		return r.noRoom(ctx, rec, rev, func() settleFunc {
+			cur, crev, err := r.cfg.Store.Load(ctx, rec.RunID)
+			if err != nil {
+				return nakAfter(time.Second)
+			}
+			return r.runLeaseFree(ctx, m, cur, crev, redelivered)
+		})
+	}
 	a := r.newAttempt(rec, rev, redelivered)
 	res, err := r.runWithHeartbeat(ctx, m, a, nil)
 	if err == nil {
@@ -27,6 +36,9 @@ func (r *Runner) runLeaseFree(ctx context.Context, m jetstream.Msg, rec *kc.Reco
 	var outs outputs
 	if err == nil {
 		outs, err = r.saveOutputs(ctx, a, res)
+	}
+	if err == nil {
+		outs, err = r.fitOutputs(ctx, a, rec, res, outs)
 	}
 	if err == nil {
 		err = a.Fault(ctx, "before-commit", 0)

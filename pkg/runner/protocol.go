@@ -77,7 +77,7 @@ func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.Step
 	if restart {
 		change = versionChange(rec.Step(step).Versions, versions)
 	}
-	h, err := r.cfg.Store.Take(ctx, rec, rev, r.owner, step, func(n *kc.Record) {
+	prepare := func(n *kc.Record) {
 		s := n.Step(step)
 		if restart {
 			n.Restarts++
@@ -91,7 +91,16 @@ func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.Step
 		s.Status = kc.InProgress
 		s.StartedAt = &startedAt
 		s.Versions = versions
-	})
+	}
+	// Before anything the step does: the record must have room for its commit and a failure.
+	retry := func() settleFunc { return r.attempt(ctx, m, ready, redelivered, 0) }
+	if !r.roomFor(rec, rev, step, prepare) {
+		return r.noRoom(ctx, rec, rev, retry)
+	}
+	h, err := r.cfg.Store.Take(ctx, rec, rev, r.owner, step, prepare)
+	if errors.Is(err, kc.ErrTooLarge) {
+		return r.noRoom(ctx, rec, rev, retry)
+	}
 	if errors.Is(err, kc.ErrConflict) {
 		if remembered { // the record had moved on since this process wrote it: read it
 			return r.attempt(ctx, m, ready, redelivered, 0)
@@ -158,8 +167,12 @@ func (r *Runner) hold(ctx context.Context, m jetstream.Msg, a *Attempt, h *kc.Ho
 	if over := r.overParkLimit(res); over != "" {
 		return r.handover(ctx, a, h, errors.New(over))
 	}
-	// 9. Store the output, then commit.
+	// 9. Store the output (inline only within the record's budget), then commit.
 	outs, err := r.saveOutputs(ctx, a, res)
+	if err == nil {
+		cur, _ = h.Record()
+		outs, err = r.fitOutputs(ctx, a, cur, res, outs)
+	}
 	if err != nil {
 		return r.fail(ctx, a, h, err)
 	}
@@ -219,9 +232,10 @@ func (r *Runner) afterCommit(ctx context.Context, a *Attempt, committed *kc.Reco
 
 func (r *Runner) stamp() string { return r.cfg.Now().UTC().Format(time.RFC3339Nano) }
 
-// outputs are the pointers a commit writes.
+// outputs are the pointers a commit writes, and how many parked items the record lists.
 type outputs struct {
 	output, snapshot, parked *kc.Output
+	listed                   int
 }
 
 func (r *Runner) saveOutputs(ctx context.Context, a *Attempt, res *Result) (outputs, error) {
@@ -239,7 +253,8 @@ func (r *Runner) saveOutputs(ctx context.Context, a *Attempt, res *Result) (outp
 			return o, Temporary(err)
 		}
 	}
-	if len(res.Parked) > kc.MaxParkedListed || slices.ContainsFunc(res.Parked, func(p kc.Parked) bool { return len(p.Item) > 64 || len(p.Reason) > 48 }) {
+	o.listed = min(len(res.Parked), kc.MaxParkedListed)
+	if len(res.Parked) > kc.MaxParkedListed || slices.ContainsFunc(res.Parked, longParked) {
 		b, merr := jsonMarshal(res.Parked)
 		if merr != nil {
 			return o, merr
@@ -266,13 +281,16 @@ func (r *Runner) applyCommit(n *kc.Record, a *Attempt, res *Result, o outputs) {
 		s.Versions.Code = &code
 	}
 	s.Effects = res.Effects
+	if s.LastError != nil { // an earlier failure's note, kept short now that the step is done
+		s.LastError = kc.Ptr(kc.CutText(*s.LastError, kc.MaxKeptError))
+	}
 	if res.InputFingerprint != "" {
 		s.InputFingerprint = &res.InputFingerprint
 	}
-	// The record lists the first parked items, briefly (it must stay under 8 KiB); the
-	// whole list, reasons in full, is in parked_artifact when there are more.
-	s.Parked = make([]kc.Parked, 0, min(len(res.Parked), kc.MaxParkedListed))
-	for _, p := range res.Parked[:min(len(res.Parked), kc.MaxParkedListed)] {
+	// The record lists the first parked items, briefly, as many as its budget allows
+	// (fitOutputs); the whole list, reasons in full, is in parked_artifact when there are more.
+	s.Parked = make([]kc.Parked, 0, o.listed)
+	for _, p := range res.Parked[:o.listed] {
 		s.Parked = append(s.Parked, kc.Parked{Item: cut(p.Item, 64), Reason: cut(p.Reason, 48)})
 	}
 	s.ParkedCount = len(res.Parked)
@@ -289,7 +307,7 @@ func (r *Runner) applyCommit(n *kc.Record, a *Attempt, res *Result, o outputs) {
 		n.Status = kc.Finishing
 		n.NextAction = "deliver the run's mail, then mark it done"
 	case res.NextAction != "":
-		n.NextAction = res.NextAction
+		n.NextAction = kc.CutText(res.NextAction, kc.MaxNextAction)
 	case next != "":
 		n.NextAction = fmt.Sprintf("run step %s of %s", next, n.RunID)
 	}

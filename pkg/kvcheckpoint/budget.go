@@ -1,0 +1,332 @@
+package kvcheckpoint
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// The record's budget. A record is at most MaxSize bytes whatever the size of the run: what a
+// step writes inline (an output, its listed parked items) goes in only while the record keeps
+// room for everything that may still be written to it. [Room] measures that room on the
+// record's actual encoding, against a projection of the record at its fullest:
+//
+//   - every step not yet verified committed, its outputs as objects (pointers of the longest
+//     names the artifact store gives), with long timestamps, versions, tokens and counts;
+//   - the current step failed with a last_error of MaxLastError bytes, and the run handed
+//     over (the note's id, the handover's next action);
+//   - a lease, a snapshot pointer, an approval and an undo in progress, and sixteen command
+//     ids, where the record has none yet;
+//   - a margin (slack) for what a projection cannot know, such as a parking step's
+//     parked_artifact.
+//
+// A committing step puts an output inline only if Room stays ≥ 0; otherwise the output is an
+// object. So after any commit the steps ahead can commit, and the current one can fail and be
+// handed over, within MaxSize. [StepRoom] is the same projection for one step alone, the
+// diagnostics of the verified steps given up as [Fit] would: a step checks it before any
+// outside effect and hands the run over rather than do what its commit could not record.
+// And a write that would exceed MaxSize first gives up diagnostics ([Fit]): last_error texts,
+// then parked lists that an artifact holds in full.
+
+// MaxKeptError bounds the last_error a verified step keeps, in bytes: the note of an earlier
+// failure, kept short.
+const MaxKeptError = 160
+
+// MaxNextAction bounds the next_action a step sets, in bytes.
+const MaxNextAction = 256
+
+// Figures of the projection: the longest values the commits, failures and other writers'
+// bookkeeping put in a record (tests hold them to the writers' real values).
+const (
+	stampLen      = 35 // RFC 3339 with nanoseconds and a zone offset
+	codeLen       = 24
+	versionLen    = 16
+	fingerprint   = len("sha256:") + 64
+	digestLen     = len("SHA-256=") + 44
+	objectNameLen = 2 + 64 // <run>/<step>/<sha256 hex>, without the run and the step
+	ownerLen      = 96
+	inboxLen      = 64
+	writeIDLen    = 2 + 22
+	requestLen    = 28
+	handoverTail  = len(":handover:") + 24 // <run>:handover:<step>:<token or reason>
+	planByLen     = 40
+	scopeLen      = 96
+	bigCount      = 9_999_999
+	bigToken      = 999_999_999_999
+	bigSize       = 999_999_999_999
+	maxRequests   = 16
+	slack         = 192
+)
+
+// Size is the length of r as Encode stores it, even over MaxSize.
+func Size(r *Record) (int, error) {
+	sum := r.Sum
+	defer func() { r.Sum = sum }()
+	b, err := Encode(r)
+	if err == nil {
+		return len(b), nil
+	}
+	var big *tooLarge
+	if asTooLarge(err, &big) {
+		return big.size, nil
+	}
+	return 0, err
+}
+
+// Room is how many bytes r can still take in while every step not yet verified can commit
+// with its outputs as objects and the current step can fail and be handed over, within
+// MaxSize. Negative: r is already too full for that.
+func Room(r *Record) int {
+	p := r.Clone()
+	ahead := make([]string, 0, len(p.Pipeline))
+	for _, s := range p.Pipeline {
+		if p.Step(s).Status != Verified {
+			ahead = append(ahead, s)
+		}
+	}
+	return room(p, ahead, true) - slack
+}
+
+// StepRoom is what is left once step commits with its outputs as objects, fails and is
+// handed over: the step's own writes, the steps after it and other writers not counted, the
+// verified steps' diagnostics given up (as Fit would). A step checks it before any outside
+// effect: negative means the record could not take what the step would write.
+func StepRoom(r *Record, step string) int {
+	p := r.Clone()
+	for _, s := range p.Pipeline {
+		if st := p.Step(s); st.Status == Verified {
+			st.LastError = nil
+			if st.ParkedArtifact != nil {
+				st.Parked = []Parked{}
+			}
+		}
+	}
+	if p.Index(step) < 0 {
+		return room(p, nil, false)
+	}
+	return room(p, []string{step}, false)
+}
+
+// room projects p (a copy: it is changed) as the package doc says, ahead being the steps
+// still to commit, the first of them the one that fails; others adds what writers other than
+// the steps may add later (an approval, an undo, more command ids).
+func room(p *Record, ahead []string, others bool) int {
+	longest := len("undo")
+	for _, s := range p.Pipeline {
+		longest = max(longest, len(s))
+	}
+	for _, s := range ahead {
+		project(p, p.Step(s), s)
+	}
+	current := ""
+	if len(ahead) > 0 {
+		current = ahead[0]
+	} else if len(p.Pipeline) > 0 {
+		current = p.Pipeline[len(p.Pipeline)-1] // a finished run may still be handed over
+	}
+	if current != "" {
+		p.Step(current).LastError = grow(p.Step(current).LastError, MaxLastError)
+	}
+	p.Status = WaitingApproval // the longest status
+	p.Handover = grow(p.Handover, len(p.RunID)+handoverTail)
+	p.NextAction = growString(p.NextAction, max(MaxNextAction, 96+3*len(p.RunID)))
+	p.Restarts, p.Generation = max(p.Restarts, bigCount), max(p.Generation, bigCount)
+	if p.SourceFingerprint == nil {
+		p.SourceFingerprint = grow(nil, fingerprint)
+	}
+	if p.StockSnapshot == nil {
+		p.StockSnapshot = objectPointer(p.RunID, longest)
+	}
+	p.Lease = projectLease(p.Lease, longest)
+	if others {
+		for len(p.Requests) < maxRequests {
+			p.Requests = append(p.Requests, strings.Repeat("r", requestLen))
+		}
+		if p.Approval == nil {
+			p.Approval = &Approval{Step: strings.Repeat("s", longest), PlanDigest: strings.Repeat("d", digestLen), By: grow(nil, planByLen), At: grow(nil, stampLen)}
+		}
+		if p.Undo == nil {
+			p.Undo = &Undo{RequestID: strings.Repeat("r", requestLen), Scope: []byte(`"` + strings.Repeat("s", scopeLen) + `"`), Cursor: bigCount, Reversed: bigCount, Total: bigCount, PreviousStatus: WaitingApproval}
+		}
+	}
+	n, err := Size(p)
+	if err != nil {
+		return -MaxSize
+	}
+	return MaxSize - n
+}
+
+// project turns s into step name's fullest commit: outputs as objects, long values.
+func project(r *Record, s *Step, name string) {
+	s.Status = InProgress // the longest step status
+	s.Attempts = max(s.Attempts, 99)
+	s.StartedAt = grow(s.StartedAt, stampLen)
+	s.FinishedAt = grow(s.FinishedAt, stampLen)
+	if s.Output == nil || len(s.Output.Inline) > 0 {
+		s.Output = objectPointer(r.RunID, len(name))
+	}
+	s.InputFingerprint = grow(s.InputFingerprint, fingerprint)
+	s.Versions.Code = grow(s.Versions.Code, codeLen)
+	for _, v := range []**string{&s.Versions.Prompt, &s.Versions.Schema, &s.Versions.Model} {
+		if *v != nil {
+			*v = grow(*v, versionLen)
+		}
+	}
+	s.Token = Ptr(max(derefOr(s.Token), bigToken))
+	s.Effects = &Effects{Keys: bigCount, IntentsOpen: bigCount}
+	s.ParkedCount = max(s.ParkedCount, bigCount)
+}
+
+func projectLease(l *Lease, longest int) *Lease {
+	p := &Lease{Token: bigToken}
+	if l != nil {
+		p = clonePtr(l)
+		p.Token = max(p.Token, bigToken)
+	}
+	p.Owner = growString(p.Owner, ownerLen)
+	p.OwnerInbox = growString(p.OwnerInbox, inboxLen)
+	p.Step = growString(p.Step, longest)
+	p.WriteID = growString(p.WriteID, writeIDLen)
+	return p
+}
+
+func objectPointer(runID string, stepLen int) *Output {
+	return &Output{Object: runID + strings.Repeat("o", stepLen+objectNameLen), Digest: strings.Repeat("d", digestLen), Size: bigSize}
+}
+
+// grow returns a string of at least n bytes: s's, padded.
+func grow(s *string, n int) *string {
+	v := ""
+	if s != nil {
+		v = *s
+	}
+	return Ptr(growString(v, n))
+}
+
+func growString(s string, n int) string {
+	if len(s) >= n {
+		return s
+	}
+	return s + strings.Repeat("x", n-len(s))
+}
+
+func derefOr[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// Fit makes r at most MaxSize by giving up diagnostics, and only them, in this order: it cuts
+// the verified steps' last_error texts, then drops them (their failures are on the audit
+// timeline), then empties the parked lists that a parked_artifact holds in full, and only
+// then cuts the last_error of the steps not verified, the failure being recorded. It is what lets a write that records a failure or a
+// handover always fit; every write of a Store applies it before refusing a record as
+// ErrTooLarge. It returns ErrTooLarge when r is still too large.
+func Fit(r *Record) error {
+	n, err := Size(r)
+	if err != nil || n <= MaxSize {
+		return err
+	}
+	var verified, others []string
+	for _, s := range r.Pipeline {
+		if r.Step(s).Status == Verified {
+			verified = append(verified, s)
+		} else {
+			others = append(others, s)
+		}
+	}
+	var cuts []func() bool
+	cutAll := func(steps []string, limit int) {
+		for _, name := range steps {
+			cuts = append(cuts, func() bool { return cutError(r.Step(name), limit) })
+		}
+	}
+	cutAll(verified, MaxKeptError)
+	cutAll(verified, 48)
+	for _, name := range verified {
+		cuts = append(cuts, func() bool {
+			s := r.Step(name)
+			if s.LastError == nil {
+				return false
+			}
+			s.LastError = nil // the audit timeline keeps the failure
+			return true
+		})
+	}
+	for _, name := range r.Pipeline {
+		cuts = append(cuts, func() bool {
+			s := r.Step(name)
+			if s.ParkedArtifact == nil || len(s.Parked) == 0 {
+				return false
+			}
+			s.Parked = []Parked{}
+			return true
+		})
+	}
+	cutAll(others, MaxKeptError) // the failing steps' own errors, last
+	cutAll(others, 48)
+	for _, cut := range cuts {
+		if !cut() {
+			continue
+		}
+		if n, err = Size(r); err != nil || n <= MaxSize {
+			return err
+		}
+	}
+	return fmt.Errorf("checkpoint %q is %d bytes with its diagnostics cut: %w", r.RunID, n, ErrTooLarge)
+}
+
+// cutError cuts s's last_error to limit bytes, on a character boundary, marking the cut.
+func cutError(s *Step, limit int) bool {
+	if s.LastError == nil || len(*s.LastError) <= limit {
+		return false
+	}
+	s.LastError = Ptr(CutText(*s.LastError, limit))
+	return true
+}
+
+// CutText cuts text to at most limit bytes on a character boundary, ending in "…" when it
+// cut anything.
+func CutText(text string, limit int) string {
+	if len(text) <= limit {
+		return text
+	}
+	const ellipsis = "…"
+	n := max(limit-len(ellipsis), 0)
+	for n > 0 && !utf8Start(text[n]) {
+		n--
+	}
+	return text[:n] + ellipsis
+}
+
+func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
+
+// encodeFit encodes r for a write: as Encode, but a record over MaxSize first gives up its
+// diagnostics (Fit).
+func encodeFit(r *Record) ([]byte, error) {
+	b, err := Encode(r)
+	var big *tooLarge
+	if err == nil || !asTooLarge(err, &big) {
+		return b, err
+	}
+	if ferr := Fit(r); ferr != nil {
+		return nil, ferr
+	}
+	return Encode(r)
+}
+
+// tooLarge is the error Encode returns for a record over MaxSize, with its size.
+type tooLarge struct {
+	runID string
+	size  int
+}
+
+func (e *tooLarge) Error() string {
+	return fmt.Sprintf("checkpoint %q is %d bytes: %v", e.runID, e.size, ErrTooLarge)
+}
+
+func (e *tooLarge) Unwrap() error { return ErrTooLarge }
+
+func asTooLarge(err error, target **tooLarge) bool { return errors.As(err, target) }
