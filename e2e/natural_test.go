@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +28,7 @@ func TestTheSameNightTwiceDoesNothing(t *testing.T) {
 	n.startRun()
 	n.waitStatus(runLimit, kc.Done)
 
-	out, code := n.cli("start", "--warehouse", warehouse, "--date", date, "--run-id", "run-x")
+	out, code := n.cliCombined("start", "--warehouse", warehouse, "--date", date, "--run-id", "run-x")
 	if code != 1 || !strings.Contains(out, "run "+runID+" has this input already") {
 		t.Fatalf("cairn start of the same night as run-x: exit %d, want 1 naming %s:\n%s", code, runID, out)
 	}
@@ -57,6 +59,22 @@ func TestTheSameNightTwiceDoesNothing(t *testing.T) {
 	if c := n.audit(); c["run.started"] != 1 {
 		t.Errorf("audit %v: want one run.started", c)
 	}
+}
+
+// cliCombined runs the cairn CLI and returns what it printed on both outputs, and its exit code.
+func (n *night) cliCombined(args ...string) (string, int) {
+	n.t.Helper()
+	cmd := exec.Command(cairnBin, args...)
+	cmd.Env = append(os.Environ(), "CAIRN_NATS_URL="+n.url, "CAIRN_DATA_DIR="+n.dir)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(out), ee.ExitCode()
+	}
+	if err != nil {
+		n.t.Fatalf("cairn %v: %v", args, err)
+	}
+	return string(out), 0
 }
 
 // waitRejection waits for the refusal of a start of run on cairn.rejected.
