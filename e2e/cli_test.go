@@ -54,8 +54,9 @@ func TestCLIGenStartApproveCancel(t *testing.T) {
 	}
 	n.assertTruth()
 
-	// A second run waits too; cancel stops it.
-	n.publish(events.RunStartSubject, `{"run_id":"run-b","warehouse":"ldh","date":"2026-10-13"}`)
+	// A second run (the night's shadow run: the same night twice would be refused) waits too;
+	// cancel stops it.
+	n.publish(events.RunStartSubject, `{"run_id":"run-b","warehouse":"ldh","date":"2026-10-13","shadow":true}`)
 	n.waitRunStatus("run-b", kc.WaitingApproval)
 	if out, code := n.cli("cancel", "run-b"); code != 0 {
 		t.Fatalf("cairn cancel (exit %d):\n%s", code, out)

@@ -48,13 +48,15 @@ func TestRerunFromPostLedger(t *testing.T) {
 	}
 }
 
-// cairn resume --where acts on every matching run and says what it did, run by run.
+// cairn resume --where acts on every matching run and says what it did, run by run. The
+// two runs have inputs of their own (the night, and its shadow run): a second run of the
+// same input would be refused at its start.
 func TestBulkResumeWhere(t *testing.T) {
 	n := newNight(t, 0)
 	n.start("CAIRN_FAULTS=update-stock.before-write.5=error:unknown")
 	runs := []string{"run-a", "run-b"}
-	for _, r := range runs {
-		n.publish(events.RunStartSubject, fmt.Sprintf(`{"run_id":%q,"warehouse":%q,"date":%q}`, r, warehouse, date))
+	for i, r := range runs {
+		n.publish(events.RunStartSubject, fmt.Sprintf(`{"run_id":%q,"warehouse":%q,"date":%q,"shadow":%t}`, r, warehouse, date, i == 1))
 	}
 	for _, r := range runs {
 		n.waitRunStatus(r, kc.HandedOver)
@@ -75,8 +77,15 @@ func TestBulkResumeWhere(t *testing.T) {
 		}
 		n.waitRunStatus(r, kc.Done)
 	}
-	if rows := n.scalar("ledger.db", `SELECT count(*) FROM ledger_entries`); rows != 2*len(n.truth.Adjustments) {
-		t.Errorf("ledger rows %d, want %d for two runs", rows, 2*len(n.truth.Adjustments))
+	for _, table := range []string{"ledger_entries", "shadow_ledger_entries"} {
+		if rows := n.scalar("ledger.db", `SELECT count(*) FROM `+table); rows != len(n.truth.Adjustments) {
+			t.Errorf("%s: %d rows, want %d, once each", table, rows, len(n.truth.Adjustments))
+		}
+	}
+	for _, table := range []string{"stock_adjustments", "shadow_stock_adjustments"} {
+		if rows := n.scalar("erp.db", `SELECT count(*) FROM `+table); rows != len(n.truth.Adjustments) {
+			t.Errorf("%s: %d rows, want %d, once each", table, rows, len(n.truth.Adjustments))
+		}
 	}
 }
 

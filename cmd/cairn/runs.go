@@ -67,12 +67,25 @@ func cmdStart(ctx context.Context, args []string) error {
 	if err := cmd.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	_, nc, js, err := connect("cli")
+	s, err := newSender(ctx)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer s.close()
+	return s.start(ctx, cmd, *wait)
+}
+
+// start publishes a start and waits for the supervisor's answer: the run's record made by
+// this start, or its refusal on cairn.rejected (the run id exists with other parameters, or
+// another run has this input already: the refusal names it, and cairn start exits 1). The
+// same start of an existing run makes no second one; it says so.
+func (s *sender) start(ctx context.Context, cmd events.StartCommand, wait bool) error {
 	run := cmd.RunIDOrDefault()
+	params := kc.Params{Warehouse: cmd.Warehouse, Date: cmd.Date, Shadow: cmd.Shadow}
+	existing, _, err := s.store.Load(ctx, run)
+	if err != nil && !errors.Is(err, kc.ErrNotFound) {
+		return err
+	}
 	e, err := events.New(cmd.RequestID, events.TypeRunStart, "/cairn/cli", run, time.Now(), cmd)
 	if err != nil {
 		return err
@@ -81,14 +94,59 @@ func cmdStart(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := js.PublishMsg(ctx, m); err != nil {
+	rejected := make(chan *nats.Msg, 16)
+	sub, err := s.nc.ChanSubscribe(events.RejectedSubject, rejected)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	w, err := s.store.KV().Watch(ctx, run, jetstream.UpdatesOnly())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = w.Stop() }()
+	if _, err := s.js.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("publishing the start (is cairn dev or the supervisor running?): %w", err)
 	}
-	fmt.Printf("started %s\n", run)
-	if !*wait {
-		return nil
+	again := func(r *kc.Record) error {
+		fmt.Printf("run %s exists already (%s): the same start makes one run\n", run, r.Status)
+		if !wait {
+			return nil
+		}
+		return follow(ctx, s.js, run)
 	}
-	return follow(ctx, js, run)
+	if existing != nil && existing.Params == params {
+		return again(existing) // the supervisor only sends a pending first step's event again
+	}
+	limit := time.NewTimer(30 * time.Second)
+	defer limit.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-limit.C:
+			if r, _, err := s.store.Load(ctx, run); err == nil && r.Params == params {
+				return again(r) // made in between by another start of the same run
+			}
+			return fmt.Errorf("start of %s sent (request %s) but not applied within 30s: is the supervisor running?", run, cmd.RequestID)
+		case rm := <-rejected:
+			if reason, ours := rejectionOf(rm, cmd.RequestID); ours {
+				return fmt.Errorf("start of %s refused: %s", run, reason)
+			}
+		case e := <-w.Updates():
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			if r, err := kc.Decode(e.Value()); err != nil || !r.HasRequest(cmd.RequestID) {
+				continue
+			}
+			fmt.Printf("started %s\n", run)
+			if !wait {
+				return nil
+			}
+			return follow(ctx, s.js, run)
+		}
+	}
 }
 
 // follow prints the run's progress until it is done or handed over: a line per step, and

@@ -78,6 +78,7 @@ type Deps struct {
 	Handovers jetstream.KeyValue
 	Marks     jetstream.KeyValue
 	Memo      jetstream.KeyValue
+	Natural   jetstream.KeyValue // cairn-natural-keys
 	Faults    *faults.Set
 	Logger    *slog.Logger
 	Now       func() time.Time
@@ -129,7 +130,7 @@ func Open(ctx context.Context, c Config, js jetstream.JetStream, log *slog.Logge
 	if d.Artifacts, err = artifacts.Open(ctx, js, assets.ObjectArtifacts); err != nil {
 		return nil, err
 	}
-	for name, kv := range map[string]*jetstream.KeyValue{assets.BucketHandovers: &d.Handovers, assets.BucketOutbox: &d.Marks, assets.BucketMemo: &d.Memo} {
+	for name, kv := range map[string]*jetstream.KeyValue{assets.BucketHandovers: &d.Handovers, assets.BucketOutbox: &d.Marks, assets.BucketMemo: &d.Memo, assets.BucketNaturalKeys: &d.Natural} {
 		if *kv, err = js.KeyValue(ctx, name); err != nil {
 			return nil, fmt.Errorf("looking up bucket %s: %w", name, err)
 		}
@@ -243,7 +244,7 @@ func (d *Deps) RunCompensator(ctx context.Context, env *night.Env) error {
 // RunSupervisor runs the supervisor until ctx ends.
 func (d *Deps) RunSupervisor(ctx context.Context) error {
 	s, err := supervisor.New(supervisor.Config{
-		JS: d.JS, Store: d.Store, Marks: d.Marks, Handovers: d.Handovers, Pipeline: night.Pipeline, Lease: d.Config.Lease,
+		JS: d.JS, Store: d.Store, Marks: d.Marks, Handovers: d.Handovers, NaturalKeys: d.Natural, Pipeline: night.Pipeline, Lease: d.Config.Lease,
 		TakeoverGap: d.Config.TakeoverGap, Heartbeat: d.Config.Heartbeat, StallTimeout: d.Config.StallTimeout, ApprovalTimeout: d.Config.ApprovalTimeout, ReassignLimit: d.Config.ReassignLimit,
 		Now: d.Now, Logger: d.Logger.With(slog.String("service", "supervisor")), Metrics: d.Metrics, Notify: d.notify,
 	})

@@ -26,7 +26,9 @@ const (
 	BucketMemo      = "cairn-memo"
 	BucketHandovers = "cairn-handovers"
 	BucketOutbox    = "cairn-outbox-sent"
-	ObjectArtifacts = "cairn-artifacts"
+	// BucketNaturalKeys claims each run's input for one run id (see package supervisor).
+	BucketNaturalKeys = "cairn-natural-keys"
+	ObjectArtifacts   = "cairn-artifacts"
 
 	ConsumerControl     = "control"
 	ConsumerCompensator = "compensator"
@@ -136,6 +138,7 @@ func (c Config) Buckets() []jetstream.KeyValueConfig {
 		kv(BucketMemo, 1),
 		kv(BucketHandovers, 8),
 		kv(BucketOutbox, 4),
+		kv(BucketNaturalKeys, 4),
 	}
 }
 

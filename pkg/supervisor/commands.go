@@ -32,8 +32,9 @@ func (s *Supervisor) apply(ctx context.Context, ev events.Event) error {
 	}
 }
 
-// start validates a start, creates the record with Create (the same start twice makes one
-// run) and publishes the first step's event.
+// start validates a start, claims its input (its natural key) for its run id, creates the
+// record with Create (the same start twice makes one run) and publishes the first step's
+// event. A start of an input that another run id holds is refused, naming that run.
 func (s *Supervisor) start(ctx context.Context, ev events.Event) error {
 	var c events.StartCommand
 	if err := ev.Unmarshal(&c); err != nil {
@@ -50,13 +51,38 @@ func (s *Supervisor) start(ctx context.Context, ev events.Event) error {
 	ctx, span := tracing.Start(ctx, ev, "run start")
 	defer span.End()
 	params := kc.Params{Warehouse: c.Warehouse, Date: c.Date, Shadow: c.Shadow}
+	if rec, rev, err := s.cfg.Store.Load(ctx, runID); !errors.Is(err, kc.ErrNotFound) {
+		if err != nil {
+			return err
+		}
+		return s.startAgain(ctx, rec, rev, params)
+	}
+	// The input is claimed before the record exists, so no second run id ever does it too.
+	holder, claimed, err := s.claimInput(ctx, runID, params)
+	if err != nil {
+		return err
+	}
+	if holder != runID {
+		return &rejection{runID: runID, reason: fmt.Sprintf("run %s has this input already (%s): another run id would do its work twice; cairn rerun %s --from STEP runs it again",
+			holder, describeInput(params), holder)}
+	}
 	first := s.cfg.Pipeline.Names()[0]
 	rec := kc.New(runID, params, s.cfg.Pipeline.Names(), s.stamp())
 	rec.AddRequest(ev.ID)
 	rec.NextAction = fmt.Sprintf("run step %s of %s", first, runID)
 	rev, err := s.cfg.Store.Create(ctx, rec)
-	if errors.Is(err, kc.ErrExists) {
-		return s.startAgain(ctx, runID, params)
+	if errors.Is(err, kc.ErrExists) { // made in between by a start of the same run id
+		if rec, rev, err = s.cfg.Store.Load(ctx, runID); err != nil {
+			return err
+		}
+		err = s.startAgain(ctx, rec, rev, params)
+		var rej *rejection
+		if errors.As(err, &rej) { // with other input: this claim is not its
+			if rerr := s.releaseInput(ctx, params, claimed); rerr != nil {
+				return rerr
+			}
+		}
+		return err
 	}
 	if err != nil {
 		return err
@@ -67,11 +93,8 @@ func (s *Supervisor) start(ctx context.Context, ev events.Event) error {
 
 // startAgain: another start of an existing run. Other parameters are refused; a run whose
 // first step is still pending with no lease gets its event again.
-func (s *Supervisor) startAgain(ctx context.Context, runID string, params kc.Params) error {
-	rec, rev, err := s.cfg.Store.Load(ctx, runID)
-	if err != nil {
-		return err
-	}
+func (s *Supervisor) startAgain(ctx context.Context, rec *kc.Record, rev uint64, params kc.Params) error {
+	runID := rec.RunID
 	if rec.Params != params {
 		return &rejection{runID: runID, reason: fmt.Sprintf("run %s exists with other parameters (%+v, not %+v)", runID, rec.Params, params)}
 	}

@@ -5,4 +5,12 @@
 // Every action is a compare-and-set on the run's record, so two supervisors at once do no
 // harm. A republish first records itself (a write, audited) and uses that write's revision
 // in its Msg-Id, so deduplication never swallows it.
+//
+// # One run per input
+//
+// A run's natural key is its pipeline and its input ([NaturalKey]). A start claims it in the
+// natural-keys bucket with Create, naming its run id, before it creates the record: a start
+// of an input another run id holds is refused (on cairn.rejected, naming that run), so the
+// same input never runs twice; a rerun is how a run goes again. A claim naming the start's
+// own run id is a retry after a crash between claim and record, and goes on.
 package supervisor

@@ -63,6 +63,7 @@ type fixture struct {
 	store   *kc.Store
 	marks   jetstream.KeyValue
 	notes   jetstream.KeyValue
+	natural jetstream.KeyValue
 	clock   *clock
 	control jetstream.Consumer
 	seen    chan *nats.Msg // step events and sentinels, in the order the server sent them
@@ -90,12 +91,16 @@ func setup(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatalf("opening the handovers: %v", err)
 	}
+	natural, err := js.KeyValue(ctx, assets.BucketNaturalKeys)
+	if err != nil {
+		t.Fatalf("opening the natural keys: %v", err)
+	}
 	control, err := js.Consumer(ctx, assets.StreamRuns, assets.ConsumerControl)
 	if err != nil {
 		t.Fatalf("looking up the control consumer: %v", err)
 	}
 	f := &fixture{
-		ctx: ctx, js: js, nc: js.Conn(), store: store, marks: marks, notes: notes, control: control,
+		ctx: ctx, js: js, nc: js.Conn(), store: store, marks: marks, notes: notes, natural: natural, control: control,
 		clock: &clock{t: time.Date(2026, 10, 13, 22, 0, 0, 0, time.UTC)},
 		seen:  make(chan *nats.Msg, 256),
 	}
@@ -116,7 +121,7 @@ func setup(t *testing.T) *fixture {
 func (f *fixture) supervisor(t *testing.T) *Supervisor {
 	t.Helper()
 	s, err := New(Config{
-		JS: f.js, Store: f.store, Marks: f.marks, Handovers: f.notes, Pipeline: abc,
+		JS: f.js, Store: f.store, Marks: f.marks, Handovers: f.notes, NaturalKeys: f.natural, Pipeline: abc,
 		Lease: testLease, StallTimeout: testStall, ReassignLimit: testReassignLimit, TakeoverGap: 50 * time.Millisecond, Sweep: 50 * time.Millisecond,
 		Now: f.clock.Now,
 	})

@@ -40,7 +40,11 @@ func (f *fixture) other(t *testing.T) *Supervisor {
 	if err != nil {
 		t.Fatalf("opening the handovers: %v", err)
 	}
-	s, err := New(Config{JS: js, Store: store, Marks: marks, Handovers: notes, Pipeline: abc, Lease: testLease, StallTimeout: testStall, ReassignLimit: testReassignLimit, TakeoverGap: 50 * time.Millisecond, Now: f.clock.Now})
+	natural, err := js.KeyValue(f.ctx, assets.BucketNaturalKeys)
+	if err != nil {
+		t.Fatalf("opening the natural keys: %v", err)
+	}
+	s, err := New(Config{JS: js, Store: store, Marks: marks, Handovers: notes, NaturalKeys: natural, Pipeline: abc, Lease: testLease, StallTimeout: testStall, ReassignLimit: testReassignLimit, TakeoverGap: 50 * time.Millisecond, Now: f.clock.Now})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -115,7 +119,7 @@ func TestTwoSupervisorsHandlingTwoCopiesOfAStartMakeOneRun(t *testing.T) {
 
 func TestRunFreesGoneOwnersServesCommandsAndExpiresLeases(t *testing.T) {
 	f := setup(t)
-	f.create(t, "old", nil)
+	f.create(t, "old", func(r *kc.Record) { r.Params.Date = "2026-10-12" }) // another night than r1's
 	f.take(t, "old", "a", kc.Owner{Name: "a/host/0", Inbox: "cairn.owner.a.gone"})
 	_, taken := f.load(t, "old")
 	s := f.supervisor(t)
@@ -207,10 +211,13 @@ func TestNewChecksItsConfiguration(t *testing.T) {
 	if _, err := New(Config{JS: f.js, Store: f.store, Marks: f.marks, Pipeline: abc}); err == nil {
 		t.Fatal("New without the handover bucket: nil error")
 	}
-	if _, err := New(Config{JS: f.js, Store: f.store, Marks: f.marks, Handovers: f.notes}); err == nil {
+	if _, err := New(Config{JS: f.js, Store: f.store, Marks: f.marks, Handovers: f.notes, Pipeline: abc}); err == nil {
+		t.Fatal("New without the natural keys: nil error")
+	}
+	if _, err := New(Config{JS: f.js, Store: f.store, Marks: f.marks, Handovers: f.notes, NaturalKeys: f.natural}); err == nil {
 		t.Fatal("New with an empty pipeline: nil error")
 	}
-	s, err := New(Config{JS: f.js, Store: f.store, Marks: f.marks, Handovers: f.notes, Pipeline: abc})
+	s, err := New(Config{JS: f.js, Store: f.store, Marks: f.marks, Handovers: f.notes, NaturalKeys: f.natural, Pipeline: abc})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

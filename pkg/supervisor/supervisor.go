@@ -28,8 +28,10 @@ type Config struct {
 	Store     *kc.Store
 	Marks     jetstream.KeyValue // cairn-outbox-sent
 	Handovers jetstream.KeyValue // cairn-handovers
-	Pipeline  pipeline.Definition
-	Lease     time.Duration // a lease unchanged this long has expired; default 15s
+	// NaturalKeys holds each run's input, claimed for its run id (cairn-natural-keys).
+	NaturalKeys jetstream.KeyValue
+	Pipeline    pipeline.Definition
+	Lease       time.Duration // a lease unchanged this long has expired; default 15s
 	// Heartbeat is how often holders renew; a lease not renewed for two heartbeats gets its
 	// owner asked whether it is alive. Default Lease/3.
 	Heartbeat   time.Duration
@@ -99,8 +101,8 @@ func New(c Config) (*Supervisor, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.JS == nil || c.Store == nil || c.Marks == nil || c.Handovers == nil {
-		return nil, errors.New("supervisor: needs JetStream, the checkpoint store, the outbox marks and the handover bucket")
+	if c.JS == nil || c.Store == nil || c.Marks == nil || c.Handovers == nil || c.NaturalKeys == nil {
+		return nil, errors.New("supervisor: needs JetStream, the checkpoint store, the outbox marks, the handover bucket and the natural keys")
 	}
 	if err := c.Pipeline.Validate(); err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
