@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cairnhq/cairn/pkg/fence"
+	"github.com/cairnhq/cairn/pkg/idempotency"
 )
 
 // The stock store's cases of testLedgerContract.
@@ -96,7 +97,8 @@ func contractApplyConflict(t *testing.T, db *DB) {
 	if !errors.Is(err, ErrConflict) || inserted {
 		t.Fatalf("Apply of another qty = %v, %v; want ErrConflict", inserted, err)
 	}
-	for _, want := range []string{a.Key, "qty_delta=-10", "qty_delta=-12"} {
+	for _, want := range []string{a.Key, "qty_delta=-10", "qty_delta=-12",
+		idempotency.Digest([]byte(a.payload().String())), idempotency.Digest([]byte(other.payload().String()))} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("conflict error %q does not name %q", err, want)
 		}

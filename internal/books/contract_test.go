@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cairnhq/cairn/pkg/fence"
+	"github.com/cairnhq/cairn/pkg/idempotency"
 )
 
 func TestLedgerContract(t *testing.T) {
@@ -109,10 +110,15 @@ func contractPostConflict(t *testing.T, db *DB) {
 	if !errors.Is(err, ErrConflict) || inserted {
 		t.Fatalf("Post of another amount = %v, %v; want ErrConflict", inserted, err)
 	}
-	for _, want := range []string{e.Key, "amount_paise=12000", "amount_paise=13500"} {
+	for _, want := range []string{e.Key, "amount_paise=12000", "amount_paise=13500",
+		idempotency.Digest([]byte(e.payload().String())), idempotency.Digest([]byte(other.payload().String()))} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("conflict error %q does not name %q", err, want)
 		}
+	}
+	var c *idempotency.ConflictError
+	if !errors.As(err, &c) || c.Key != e.Key || c.Stored == c.New {
+		t.Errorf("conflict %+v does not name the key and two digests", c)
 	}
 	if got := mustGet(t, l, e.Key); got != e {
 		t.Fatalf("stored entry changed to %+v", got)

@@ -1,11 +1,17 @@
 package books
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/cairnhq/cairn/pkg/idempotency"
+)
 
 var (
 	// ErrConflict means a key already holds another payload: the run that
-	// wrote it and the run writing now disagree, and a person must look.
-	ErrConflict = errors.New("key holds another payload")
+	// wrote it and the run writing now disagree, and a person must look. It is
+	// idempotency.ErrConflict, the class every keyed write shares; the error
+	// names the key, both digests and the columns that differ.
+	ErrConflict = idempotency.ErrConflict
 	// ErrNoStockLevel means an adjustment names a warehouse and sku with no
 	// stock_levels row to change.
 	ErrNoStockLevel = errors.New("no stock level")

@@ -22,10 +22,14 @@ type Entry struct {
 	CreatedAt string
 }
 
-// payload is every column but key and created_at, spelt for error messages.
-func (e Entry) payload() string {
-	return fmt.Sprintf("{run_id=%q invoice_no=%q line=%d kind=%q supplier_id=%q amount_paise=%d reverses=%q}",
-		e.RunID, e.InvoiceNo, e.Line, e.Kind, e.SupplierID, e.AmountPaise, e.Reverses)
+// payload is every column but key and created_at, spelt for error messages and digests.
+func (e Entry) payload() fields {
+	return fields{
+		{"run_id", fmt.Sprintf("%q", e.RunID)}, {"invoice_no", fmt.Sprintf("%q", e.InvoiceNo)},
+		{"line", fmt.Sprint(e.Line)}, {"kind", fmt.Sprintf("%q", e.Kind)},
+		{"supplier_id", fmt.Sprintf("%q", e.SupplierID)}, {"amount_paise", fmt.Sprint(e.AmountPaise)},
+		{"reverses", fmt.Sprintf("%q", e.Reverses)},
+	}
 }
 
 func (e Entry) samePayload(o Entry) bool {
@@ -101,7 +105,7 @@ func (l *Ledger) Post(ctx context.Context, t fence.Token, e Entry) (inserted boo
 			return errors.New("key neither inserted nor found")
 		}
 		if !stored.samePayload(e) {
-			return fmt.Errorf("stored %s, posted %s: %w", stored.payload(), e.payload(), ErrConflict)
+			return conflict(e.Key, stored.payload(), e.payload())
 		}
 		return nil
 	})

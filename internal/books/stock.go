@@ -19,9 +19,14 @@ type Adjustment struct {
 	CreatedAt string
 }
 
-func (a Adjustment) payload() string {
-	return fmt.Sprintf("{run_id=%q warehouse=%q sku=%q supplier_id=%q qty_delta=%d value_delta_paise=%d reason=%q reverses=%q}",
-		a.RunID, a.Warehouse, a.SKU, a.SupplierID, a.QtyDelta, a.ValueDeltaPaise, a.Reason, a.Reverses)
+// payload is every column but key and created_at, spelt for error messages and digests.
+func (a Adjustment) payload() fields {
+	return fields{
+		{"run_id", fmt.Sprintf("%q", a.RunID)}, {"warehouse", fmt.Sprintf("%q", a.Warehouse)},
+		{"sku", fmt.Sprintf("%q", a.SKU)}, {"supplier_id", fmt.Sprintf("%q", a.SupplierID)},
+		{"qty_delta", fmt.Sprint(a.QtyDelta)}, {"value_delta_paise", fmt.Sprint(a.ValueDeltaPaise)},
+		{"reason", fmt.Sprintf("%q", a.Reason)}, {"reverses", fmt.Sprintf("%q", a.Reverses)},
+	}
 }
 
 func (a Adjustment) samePayload(o Adjustment) bool {
@@ -95,7 +100,7 @@ func (s *Stock) Apply(ctx context.Context, t fence.Token, a Adjustment) (inserte
 				return errors.New("key neither inserted nor found")
 			}
 			if !stored.samePayload(a) {
-				return fmt.Errorf("stored %s, applied %s: %w", stored.payload(), a.payload(), ErrConflict)
+				return conflict(a.Key, stored.payload(), a.payload())
 			}
 			return nil
 		}

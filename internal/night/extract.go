@@ -1,6 +1,7 @@
 package night
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/cairnhq/cairn/internal/recon"
 	"github.com/cairnhq/cairn/pkg/faults"
+	"github.com/cairnhq/cairn/pkg/idempotency"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/runner"
 )
@@ -90,7 +92,8 @@ func (s extractStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result
 }
 
 // answer returns the memoised answer for a document, asking the extractor only when there
-// is none. The first answer saved wins.
+// is none. The memo is read before the call, so a second answer arises only when two
+// attempts raced past the read (saveMemo).
 func (s extractStep) answer(ctx context.Context, a *runner.Attempt, d recon.Document, n int, v recon.ExtractorVersions) (memoAnswer, error) {
 	key := memoKey(a.RunID, d.Digest, v)
 	var memo memoAnswer
@@ -135,14 +138,8 @@ func (s extractStep) answer(ctx context.Context, a *runner.Attempt, d recon.Docu
 	if err != nil {
 		return memo, err
 	}
-	b, err := json.Marshal(memo)
-	if err != nil {
+	if memo, err = saveMemo(ctx, s.e.Memo, key, memo); err != nil {
 		return memo, err
-	}
-	if _, err := s.e.Memo.Create(ctx, key, b); errors.Is(err, jetstream.ErrKeyExists) {
-		return s.answer(ctx, a, d, n, v) // another attempt saved first: its answer wins
-	} else if err != nil {
-		return memo, runner.Temporary(fmt.Errorf("saving memo %q: %w", key, err))
 	}
 	if err := a.Fault(ctx, faults.AfterWrite, n); err != nil {
 		return memo, err
@@ -163,4 +160,34 @@ func reason(err error) string {
 func (s extractStep) Versions() kc.Versions {
 	v := s.e.Extractor.Versions()
 	return kc.Versions{Prompt: &v.Prompt, Schema: &v.Schema, Model: &v.Model}
+}
+
+// saveMemo claims key for memo with Create. When another attempt saved first, the same
+// answer is a harmless repeat and the saved one is returned; another answer is
+// idempotency.ErrConflict naming the key and both digests: the saved answer stays (later
+// attempts read it), and the run is handed over rather than one of the answers dropped.
+func saveMemo(ctx context.Context, kv jetstream.KeyValue, key string, memo memoAnswer) (memoAnswer, error) {
+	b, err := json.Marshal(memo)
+	if err != nil {
+		return memo, err
+	}
+	_, err = kv.Create(ctx, key, b)
+	if err == nil {
+		return memo, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return memo, runner.Temporary(fmt.Errorf("saving memo %q: %w", key, err))
+	}
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		return memo, runner.Temporary(fmt.Errorf("reading memo %q: %w", key, err))
+	}
+	var stored memoAnswer
+	if err := json.Unmarshal(e.Value(), &stored); err != nil {
+		return memo, fmt.Errorf("memo %q: %w", key, err)
+	}
+	if !bytes.Equal(e.Value(), b) {
+		return stored, fmt.Errorf("saving memo: %w", idempotency.Conflict(key, idempotency.Digest(e.Value()), idempotency.Digest(b)))
+	}
+	return stored, nil
 }

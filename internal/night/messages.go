@@ -152,7 +152,9 @@ func (s debitNotesStep) standingNotes(ctx context.Context, a *runner.Attempt) ([
 }
 
 // mailEffects describes queued messages for the saga: a message is reversed by its
-// withdrawal (or, never sent, by cancelling it); a withdrawal is never reversed.
+// withdrawal (or, never sent, by cancelling it); a withdrawal is never reversed. Its digest
+// (outbox.Digest) is what a restart's copy must match: the outbox cannot compare copies
+// queued under different tokens.
 func mailEffects(a *runner.Attempt, ms []outbox.Message, ops rowOps[outbox.Message]) []effect {
 	out := make([]effect, len(ms))
 	for i, m := range ms {
@@ -160,7 +162,7 @@ func mailEffects(a *runner.Attempt, ms []outbox.Message, ops rowOps[outbox.Messa
 		if m.Kind == "debit" {
 			supplier = baseKey(strings.TrimPrefix(m.Key, a.RunID+":debit:"))
 		}
-		out[i] = effect{key: m.Key, supplier: supplier, payload: intentOf(m)}
+		out[i] = effect{key: m.Key, supplier: supplier, payload: intentOf(m), digest: outbox.Digest(m)}
 		if m.Reverses == "" {
 			w := ops.reversal(m)
 			out[i].reverse = reverseWith(saga.Mail, w, w.Key)

@@ -20,18 +20,32 @@ type effect struct {
 	key      string
 	supplier string
 	payload  any
+	digest   string        // what the key stands for, compared with an earlier attempt's; "" when the outside system compares
 	reverse  *saga.Reverse // nil for a write that is itself a reversal
 }
 
 // keyed walks a step's writes in ascending key order, firing the write faults around each.
-// Every write's intent is on CAIRN_SAGA before it is made, and its outcome after.
+// Every write's intent is on CAIRN_SAGA before it is made, and its outcome after. A write
+// whose key an earlier attempt meant to write with another digest is refused before it is
+// made (idempotency.ErrConflict, naming both digests): the run is handed over.
 func keyed(ctx context.Context, a *runner.Attempt, effs []effect, write func(i int) error) error {
+	var prior saga.Intents
+	if slices.ContainsFunc(effs, func(e effect) bool { return e.digest != "" }) {
+		var err error
+		if prior, err = saga.ReadIntents(ctx, a.JS(), a.RunID, a.Step); err != nil {
+			return runner.Temporary(err)
+		}
+	}
 	for i, e := range effs {
 		n := i + 1
 		if err := a.Fault(ctx, faults.BeforeWrite, n); err != nil {
 			return err
 		}
-		if err := saga.Publish(ctx, a.JS(), "/cairn/"+a.Step, a.Now(), sagaRecord(a, e, saga.Intent)); err != nil {
+		intent := sagaRecord(a, e, saga.Intent)
+		if err := prior.Refuses(intent); err != nil {
+			return fmt.Errorf("writing %s: %w", e.key, err)
+		}
+		if err := saga.Publish(ctx, a.JS(), "/cairn/"+a.Step, a.Now(), intent); err != nil {
 			return runner.Temporary(err)
 		}
 		err := a.Retry(ctx, func(try int) error {
@@ -58,6 +72,7 @@ func sagaRecord(a *runner.Attempt, e effect, phase string) saga.Record {
 		Phase: phase, SupplierID: e.supplier, Reverse: e.reverse}
 	if phase == saga.Intent {
 		r.Payload, _ = json.Marshal(e.payload)
+		r.Digest = e.digest
 	} else {
 		r.Outcome = "done"
 		r.Reverse = nil

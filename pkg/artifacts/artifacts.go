@@ -14,10 +14,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/pkg/idempotency"
 	"github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
 
@@ -55,8 +57,20 @@ func Digest(b []byte) string {
 
 func digestOf(sum []byte) string { return "SHA-256=" + base64.URLEncoding.EncodeToString(sum) }
 
+// hexDigest is a NATS digest as "sha256:<hex>", the form idempotency conflicts name; one it
+// cannot read stays as it is.
+func hexDigest(d string) string {
+	sum, err := base64.URLEncoding.DecodeString(strings.TrimPrefix(d, "SHA-256="))
+	if !strings.HasPrefix(d, "SHA-256=") || err != nil {
+		return d
+	}
+	return "sha256:" + hex.EncodeToString(sum)
+}
+
 // Save returns the checkpoint's pointer to data: inline when data is JSON of at most InlineMax
 // bytes, else an object named <run>/<step>/<sha256 hex>, written only if it is not there yet.
+// A name that holds other bytes is never overwritten: idempotency.ErrConflict, naming both
+// digests.
 func (s *Store) Save(ctx context.Context, runID, step string, data []byte) (*kvcheckpoint.Output, error) {
 	if len(data) <= InlineMax && inlineStable(data) {
 		return &kvcheckpoint.Output{Inline: json.RawMessage(bytes.Clone(data)), Digest: Digest(data), Size: int64(len(data))}, nil
@@ -75,7 +89,12 @@ func (s *Store) SaveObject(ctx context.Context, runID, step string, data []byte)
 	if err == nil && info.Digest == out.Digest {
 		return out, nil
 	}
-	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+	if err == nil {
+		// The name is its content's digest: another content under it was written by something
+		// else, and a person must look before it is replaced.
+		return nil, fmt.Errorf("storing artifact %q: %w", name, idempotency.Conflict(name, hexDigest(info.Digest), hexDigest(out.Digest)))
+	}
+	if !errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, fmt.Errorf("looking up artifact %q: %w", name, err)
 	}
 	info, err = s.obj.PutBytes(ctx, name, data)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cairnhq/cairn/internal/natstest"
 	"github.com/cairnhq/cairn/pkg/artifacts"
+	"github.com/cairnhq/cairn/pkg/idempotency"
 	"github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
 
@@ -338,5 +339,30 @@ func TestReadStreams(t *testing.T) {
 	}
 	if err := f.store.Read(ctx, out, func(io.Reader) error { return failed }); !errors.Is(err, failed) {
 		t.Errorf("Read whose reader failed = %v, want its error", err)
+	}
+}
+
+// A content-addressed name holding other bytes is never overwritten: the save is refused,
+// naming the name and both digests, and the object stays as it is.
+func TestSaveRefusesAnotherObjectUnderItsName(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	data, other := bigJSON(2048), bigJSON(2049)
+	name := objectName("run-1", "extract", data)
+	if _, err := f.obj.PutBytes(ctx, name, other); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.store.Save(ctx, "run-1", "extract", data)
+	if !errors.Is(err, idempotency.ErrConflict) {
+		t.Fatalf("Save over another object = %v, want idempotency.ErrConflict", err)
+	}
+	var c *idempotency.ConflictError
+	if !errors.As(err, &c) || c.Key != name || c.Stored != idempotency.Digest(other) || c.New != idempotency.Digest(data) {
+		t.Fatalf("conflict %+v, want %s with the digests of both contents", c, name)
+	}
+	info, err := f.obj.GetInfo(ctx, name)
+	if err != nil || info.Digest != wantDigest(other) {
+		t.Fatalf("object %s is %v (%v), want it left as it was", name, info, err)
 	}
 }

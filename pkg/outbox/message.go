@@ -100,7 +100,14 @@ func EventID(m Message) string { return fmt.Sprintf("%s:t%d", m.Key, m.Token) }
 
 // Queue publishes m as a CloudEvent (TypeOutbox, source "/cairn/<m.Step>") on
 // events.OutboxSubject(m.RunID, m.Kind) with Nats-Msg-Id = EventID(m), and waits for the
-// PubAck. A duplicate ack is success: the message is already queued.
+// PubAck. A duplicate ack is success when the stored copy is the same message (the same
+// [Digest]): it is already queued. A stored copy with another payload under the key is
+// idempotency.ErrConflict naming the key and both digests, and m is not queued: the stream
+// would have dropped it.
+//
+// A restart's copy has another Msg-Id (a higher token), so the stream cannot compare it with
+// the dead attempt's; the caller compares it with what it recorded before (the saga intent's
+// digest) before calling Queue.
 func Queue(ctx context.Context, js jetstream.JetStream, m Message) error {
 	if err := m.validate(); err != nil {
 		return err
@@ -113,8 +120,14 @@ func Queue(ctx context.Context, js jetstream.JetStream, m Message) error {
 	if err != nil {
 		return fmt.Errorf("encoding outbox event %q: %w", m.Key, err)
 	}
-	if _, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(EventID(m))); err != nil {
+	ack, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(EventID(m)))
+	if err != nil {
 		return fmt.Errorf("queueing outbox message %q: %w", m.Key, err)
+	}
+	if ack.Duplicate {
+		if err := checkStored(ctx, js, ack.Stream, ack.Sequence, m); err != nil {
+			return fmt.Errorf("queueing outbox message %q: %w", m.Key, err)
+		}
 	}
 	return nil
 }

@@ -42,7 +42,9 @@ type Step struct {
 	Effects string
 	// Key is how its outside writes are made safe to repeat: the idempotency key and who
 	// enforces it ("<run>:<invoice>:<line>:<kind>, the ledger's primary key; fenced");
-	// empty: no key. A model call takes no key: Memo stands in for it.
+	// empty: no key. A model call takes no key: Memo stands in for it. Whoever enforces a
+	// key takes the same payload again as a harmless repeat and refuses another with
+	// idempotency.ErrConflict, which hands the run over.
 	Key string
 	// Memo is, for a model call, where answers are saved and under which key, so that an
 	// item answered once is never asked again; empty: not memoised.

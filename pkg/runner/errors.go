@@ -8,6 +8,7 @@ import (
 
 	"github.com/cairnhq/cairn/pkg/faults"
 	"github.com/cairnhq/cairn/pkg/fence"
+	"github.com/cairnhq/cairn/pkg/idempotency"
 	"github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
 
@@ -61,6 +62,9 @@ func classify(err error) class {
 	case errors.Is(err, kvcheckpoint.ErrFenced), errors.Is(err, fence.ErrFenced),
 		errors.Is(err, kvcheckpoint.ErrNewerSchema): // a newer release wrote the record: no longer ours
 		return classFenced
+	case errors.Is(err, idempotency.ErrConflict):
+		// A key holds another payload: no retry changes what either attempt wrote.
+		return classUnknown
 	case errors.Is(err, context.Canceled):
 		return classStopped
 	case errors.Is(err, ErrTemporary), errors.Is(err, faults.ErrTemporary),

@@ -57,8 +57,12 @@ type Record struct {
 	Phase      string          `json:"phase"`
 	SupplierID string          `json:"supplier_id,omitempty"`
 	Payload    json.RawMessage `json:"payload"`
-	Reverse    *Reverse        `json:"reverse"` // nil: the effect is itself a reversal, never reversed
-	Outcome    string          `json:"outcome,omitempty"`
+	// Digest is the digest of the effect's payload as its writer defines it (a message's is
+	// outbox.Digest), on an intent; empty when the outside system compares payloads itself.
+	// Two intents of one key with different digests are two different effects (Refuses).
+	Digest  string   `json:"digest,omitempty"`
+	Reverse *Reverse `json:"reverse"` // nil: the effect is itself a reversal, never reversed
+	Outcome string   `json:"outcome,omitempty"`
 }
 
 // Publish stores r on cairn.saga.<run_id>.<step> and waits for the stream's ack. Its
