@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -186,8 +187,53 @@ func TestCancelOfADoneRunWritesNothing(t *testing.T) {
 	f.settled(t)
 }
 
-// A resume that finds the cancelled run's holder still working is not lost: it comes back.
+// A resume that finds the cancelled run's holder still working is not lost to a delivery
+// limit: it waits in the record (who asked, when) and its message is settled; once the holder
+// releases the lease the sweep sends it again, and it is carried out once.
 func TestResumeWaitsForTheLease(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+	f.create(t, "r1", nil)
+	h := f.take(t, "r1", "a", kc.Owner{Name: "a/host/1", Inbox: "cairn.owner.a.x"})
+	if _, _, err := f.store.Mutate(f.ctx, "r1", func(r *kc.Record) error { r.Status = kc.Cancelled; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	f.command(t, s, events.RunSubject("r1", "resume"), `{"request_id":"resume-1"}`)
+	rec, _ := f.load(t, "r1")
+	w := rec.Waiting("resume-1")
+	if rec.Status != kc.Cancelled || w == nil || w.Verb != "resume" || w.By != events.SourceNATSCLI || w.At == "" || rec.HasRequest("resume-1") {
+		t.Fatalf("resume while the lease stands: status %s, waiting %+v, requests %v; want cancelled, the resume waiting with who and when", rec.Status, rec.Commands, rec.Requests)
+	}
+	f.settled(t) // the record keeps it, not the delivery
+	if rej := f.rejections(t); len(rej) != 0 {
+		t.Fatalf("rejections %+v, want none", rej)
+	}
+	// The same request again (a retried publish) waits once.
+	f.command(t, s, events.RunSubject("r1", "resume"), `{"request_id":"resume-1"}`)
+	if rec, _ := f.load(t, "r1"); len(rec.Commands) != 1 {
+		t.Fatalf("waiting %+v, want the one resume", rec.Commands)
+	}
+	// The holder commits and releases (its writes keep what waits); the sweep drives it.
+	if err := h.Release(f.ctx, func(r *kc.Record) error { r.Step("a").Status = kc.Verified; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := f.load(t, "r1"); rec.Waiting("resume-1") == nil || rec.Status != kc.Cancelled {
+		t.Fatalf("after the holder's release: status %s, waiting %+v", rec.Status, rec.Commands)
+	}
+	f.observeAll(t, s)
+	s.SweepOnce(f.ctx, false)
+	m := f.fetch(t)
+	s.Handle(f.ctx, m)
+	rec, rev := f.load(t, "r1")
+	if rec.Status != kc.Running || len(rec.Commands) != 0 || !rec.HasRequest("resume-1") {
+		t.Fatalf("after the sweep: status %s, waiting %+v, requests %v; want running, nothing waiting, the resume applied", rec.Status, rec.Commands, rec.Requests)
+	}
+	stepEvent(t, f.published(t), "r1", "b", rev, 0)
+	f.settled(t)
+}
+
+// A command that waits for a lease never freed ends in a handover whose note names it.
+func TestWaitingCommandHandedOverAfterStall(t *testing.T) {
 	f := setup(t)
 	s := f.supervisor(t)
 	f.create(t, "r1", nil)
@@ -195,21 +241,21 @@ func TestResumeWaitsForTheLease(t *testing.T) {
 	if _, _, err := f.store.Mutate(f.ctx, "r1", func(r *kc.Record) error { r.Status = kc.Cancelled; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	_, rev := f.load(t, "r1")
-	f.command(t, s, events.RunSubject("r1", "resume"), `{"request_id":"resume-1"}`)
-	rec, got := f.load(t, "r1")
-	if got != rev || rec.Status != kc.Cancelled {
-		t.Fatalf("resume while the lease stands: revision %d (was %d), status %s", got, rev, rec.Status)
+	f.command(t, s, events.RunSubject("r1", "resume"), `{"request_id":"resume-9"}`)
+	f.observeAll(t, s)
+	f.clock.Advance(testStall + time.Second)
+	s.SweepOnce(f.ctx, false)
+	rec, _ := f.load(t, "r1")
+	if rec.Status != kc.HandedOver || len(rec.Commands) != 0 || rec.Lease != nil || rec.Handover == nil {
+		t.Fatalf("status %s, waiting %+v, lease %+v, handover %v; want handed over, nothing waiting, no lease", rec.Status, rec.Commands, rec.Lease, rec.Handover)
 	}
-	info, err := f.control.Info(f.ctx)
+	e, err := f.notes.Get(f.ctx, "r1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.NumAckPending+int(info.NumPending) != 1 {
-		t.Fatalf("the resume was settled (%+v); it must come back", info)
-	}
-	if rej := f.rejections(t); len(rej) != 0 {
-		t.Fatalf("rejections %+v, want none", rej)
+	var note struct{ Error string }
+	if err := json.Unmarshal(e.Value(), &note); err != nil || !strings.Contains(note.Error, "resume resume-9") {
+		t.Fatalf("handover note %s (%v): want it to name the waiting resume-9", e.Value(), err)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/audit"
 	"github.com/cairnhq/cairn/pkg/events"
+	"github.com/cairnhq/cairn/pkg/faults"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/metrics"
 	"github.com/cairnhq/cairn/pkg/pipeline"
@@ -44,6 +45,8 @@ type Config struct {
 	Now             func() time.Time
 	Logger          *slog.Logger
 	Metrics         *metrics.Metrics // default: metrics of its own, not served
+	// Faults are the supervisor's crash points (supervisor.after-record); nil injects none.
+	Faults *faults.Set
 	// Notify tells people of a handover, once per note id. May be nil.
 	Notify func(ctx context.Context, kind string, note runner.HandoverNote, generation int, token uint64)
 }

@@ -1,0 +1,99 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/pkg/events"
+	"github.com/cairnhq/cairn/pkg/faults"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+)
+
+// FaultPoint is the step name of the supervisor's crash points (CAIRN_FAULTS
+// supervisor.after-record=…): after a command's record write, before what follows it (the
+// step event, the ack).
+const FaultPoint = "supervisor"
+
+// Waiting returns the entry of a command that must wait for the run's lease: who asked, when,
+// and the command's own data, so whoever next finds the run free can carry it out.
+func Waiting(verb string, ev events.Event, c events.Command, at string) kc.Command {
+	args := events.Command{From: c.From, AfterFix: c.AfterFix, Scope: c.Scope}
+	var raw json.RawMessage
+	if b, err := json.Marshal(args); err == nil && string(b) != "{}" {
+		raw = b
+	}
+	return kc.Command{Verb: verb, RequestID: ev.ID, By: ev.Source, At: at, Args: raw}
+}
+
+// commandWaits records a command that waits in r; refused (a rejection) when too many wait.
+func commandWaits(r *kc.Record, c kc.Command) (bool, error) {
+	added, err := r.Wait(c)
+	if err != nil {
+		return false, reject("%s of %s: %v", c.Verb, r.RunID, err)
+	}
+	return added, nil
+}
+
+// hit fires the supervisor's crash point after a command's record write.
+func (s *Supervisor) hit(ctx context.Context) error {
+	return s.cfg.Faults.Hit(ctx, FaultPoint, faults.AfterRecord, 0)
+}
+
+// drive publishes each command waiting in a run whose lease is free again, under its own
+// request id (so applying it twice is a no-op) and a message id of the revision it saw (so
+// each sweep of one revision is one message, and a later revision another).
+func (s *Supervisor) drive(ctx context.Context, rec *kc.Record, rev uint64) error {
+	for _, w := range rec.Commands {
+		m, err := CommandMsg(rec.RunID, w, fmt.Sprintf("%s:again:%d", w.RequestID, rev), s.cfg.Now())
+		if err != nil {
+			return err
+		}
+		if _, err := s.cfg.JS.PublishMsg(ctx, m); err != nil {
+			return fmt.Errorf("publishing the waiting %s of %s again: %w", w.Verb, rec.RunID, err)
+		}
+		s.log.Info("waiting command published again", slog.String("run_id", rec.RunID), slog.String("verb", w.Verb), slog.String("request_id", w.RequestID))
+	}
+	return nil
+}
+
+// CommandMsg is a waiting command as a message on its run's subject: its event id is the
+// request id, its Nats-Msg-Id msgID.
+func CommandMsg(runID string, w kc.Command, msgID string, now time.Time) (*nats.Msg, error) {
+	typ, ok := events.CommandType(w.Verb)
+	if !ok {
+		return nil, fmt.Errorf("waiting command %s of %s: unknown verb %q", w.RequestID, runID, w.Verb)
+	}
+	var c events.Command
+	if len(w.Args) > 0 {
+		if err := json.Unmarshal(w.Args, &c); err != nil {
+			return nil, fmt.Errorf("waiting command %s of %s: %w", w.RequestID, runID, err)
+		}
+	}
+	c.RequestID = w.RequestID
+	e, err := events.New(w.RequestID, typ, source, runID, now, c)
+	if err != nil {
+		return nil, err
+	}
+	m, err := events.Encode(events.RunSubject(runID, w.Verb), e)
+	if err != nil {
+		return nil, err
+	}
+	m.Header.Set(jetstream.MsgIDHeader, msgID)
+	return m, nil
+}
+
+// named lists the commands that wait, for a handover's note.
+func named(cs []kc.Command) string {
+	var parts []string
+	for _, c := range cs {
+		parts = append(parts, fmt.Sprintf("%s %s by %s at %s", c.Verb, c.RequestID, c.By, c.At))
+	}
+	return strings.Join(parts, "; ")
+}
