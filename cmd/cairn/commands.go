@@ -436,9 +436,13 @@ func (s *sender) send(ctx context.Context, runID string, spec verbSpec, c events
 					if !wait {
 						return nil
 					}
-				case waiting && r.Waiting(c.RequestID) == nil && r.Status == kc.HandedOver:
+				case waiting && r.Waiting(c.RequestID) == nil:
+					// Its wait ended without it: a handover named it, or the run moved on.
 					fmt.Println(progress(r))
-					return exitCode{code: 3, err: fmt.Errorf("%s of %s was handed over before it could be carried out: %s", spec.verb, runID, r.NextAction)}
+					if r.Status == kc.HandedOver {
+						return exitCode{code: 3, err: fmt.Errorf("%s of %s was handed over before it could be carried out: %s", spec.verb, runID, r.NextAction)}
+					}
+					return fmt.Errorf("%s of %s no longer applies: the run is %s", spec.verb, runID, r.Status)
 				}
 				continue
 			}

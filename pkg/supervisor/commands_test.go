@@ -222,8 +222,6 @@ func TestResumeWaitsForTheLease(t *testing.T) {
 	}
 	f.observeAll(t, s)
 	s.SweepOnce(f.ctx, false)
-	m := f.fetch(t)
-	s.Handle(f.ctx, m)
 	rec, rev := f.load(t, "r1")
 	if rec.Status != kc.Running || len(rec.Commands) != 0 || !rec.HasRequest("resume-1") {
 		t.Fatalf("after the sweep: status %s, waiting %+v, requests %v; want running, nothing waiting, the resume applied", rec.Status, rec.Commands, rec.Requests)

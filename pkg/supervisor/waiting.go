@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -46,11 +47,18 @@ func (s *Supervisor) hit(ctx context.Context) error {
 	return s.cfg.Faults.Hit(ctx, FaultPoint, faults.AfterRecord, 0)
 }
 
-// drive publishes each command waiting in a run whose lease is free again, under its own
-// request id (so applying it twice is a no-op) and a message id of the revision it saw (so
-// each sweep of one revision is one message, and a later revision another).
+// drive carries out each command waiting in a run whose lease is free again: its own
+// commands (resume, rerun) the supervisor applies itself; an undo, the compensator's, it
+// publishes again. Each keeps its request id, so carrying it out twice is a no-op; an undo's
+// message id is the revision the sweep saw, so each sweep of one revision is one message.
 func (s *Supervisor) drive(ctx context.Context, rec *kc.Record, rev uint64) error {
 	for _, w := range rec.Commands {
+		if w.Verb != events.VerbUndo {
+			if err := s.applyWaiting(ctx, rec.RunID, w); err != nil {
+				return err
+			}
+			continue
+		}
 		m, err := CommandMsg(rec.RunID, w, fmt.Sprintf("%s:again:%d", w.RequestID, rev), s.cfg.Now())
 		if err != nil {
 			return err
@@ -58,8 +66,40 @@ func (s *Supervisor) drive(ctx context.Context, rec *kc.Record, rev uint64) erro
 		if _, err := s.cfg.JS.PublishMsg(ctx, m); err != nil {
 			return fmt.Errorf("publishing the waiting %s of %s again: %w", w.Verb, rec.RunID, err)
 		}
-		s.log.Info("waiting command published again", slog.String("run_id", rec.RunID), slog.String("verb", w.Verb), slog.String("request_id", w.RequestID))
+		s.log.Info("waiting undo published again", slog.String("run_id", rec.RunID), slog.String("request_id", w.RequestID))
 	}
+	return nil
+}
+
+// applyWaiting applies a waiting command of the supervisor's own; one refused now (the run
+// moved on) ends its wait, refused on cairn.rejected like any command.
+func (s *Supervisor) applyWaiting(ctx context.Context, runID string, w kc.Command) error {
+	m, err := CommandMsg(runID, w, w.RequestID, s.cfg.Now())
+	if err != nil {
+		return err
+	}
+	ev, err := events.Decode(m)
+	if err != nil {
+		return err
+	}
+	err = s.apply(ctx, ev)
+	var rej *rejection
+	if !errors.As(err, &rej) {
+		return err
+	}
+	_, rev, derr := s.cfg.Store.Mutate(ctx, runID, func(r *kc.Record) error {
+		if !r.DropCommand(w.RequestID) {
+			return kc.ErrSkip
+		}
+		return nil
+	})
+	if errors.Is(derr, kc.ErrSkip) {
+		return nil
+	}
+	if derr != nil {
+		return derr
+	}
+	s.record(ctx, events.AuditStepID(runID, "run", "command.refused", rev), events.Audit{RunID: runID, Event: "command.refused", Detail: cut(w.Verb+" "+w.RequestID+": "+rej.Error(), 512)})
 	return nil
 }
 
