@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
@@ -432,4 +433,54 @@ func TestApprovalTimeoutHandsOver(t *testing.T) {
 	f.clock.Advance(time.Second)
 	s.SweepOnce(f.ctx, false)
 	f.handedOver(t, "r1", "c", "CAIRN_APPROVAL_TIMEOUT")
+}
+
+// A command whose every delivery failed until its durable's MaxDeliver is not lost: the
+// server's advisory has the supervisor keep it in the run's record as waiting, then remove
+// it from the stream.
+func TestCommandPastMaxDeliverIsKept(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+	f.create(t, "r1", func(r *kc.Record) { r.Status = kc.HandedOver })
+	adv := make(chan *nats.Msg, 4)
+	sub, err := f.nc.ChanSubscribe(CommandAdvisorySubject, adv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	seq := f.send(t, events.RunSubject("r1", "resume"), `{"request_id":"resume-7","after_fix":true}`)
+	info, err := f.control.Info(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < info.Config.MaxDeliver; i++ { // every delivery fails
+		if err := f.fetch(t).Nak(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A pull consumer redelivers (and announces the limit) only when asked for more.
+	if b, err := f.control.Fetch(1, jetstream.FetchMaxWait(2*time.Second)); err == nil {
+		for range b.Messages() {
+			t.Fatal("a delivery past MaxDeliver")
+		}
+	}
+	var m *nats.Msg
+	select {
+	case m = <-adv:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no max-deliveries advisory within 30s")
+	}
+	s.onCommandMaxDeliveries(f.ctx, m)
+	rec, _ := f.load(t, "r1")
+	w := rec.Waiting("resume-7")
+	if w == nil || w.Verb != "resume" || string(w.Args) != `{"after_fix":true}` {
+		t.Fatalf("waiting %+v, want the resume kept with its data", rec.Commands)
+	}
+	stream, err := f.js.Stream(f.ctx, assets.StreamRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.GetMsg(f.ctx, seq); err == nil {
+		t.Fatal("the command is still in the stream after it was kept in the record")
+	}
 }

@@ -130,6 +130,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		return fmt.Errorf("subscribing to %s: %w", AdvisorySubject, err)
 	}
 	defer func() { _ = adv.Unsubscribe() }()
+	cadv, err := s.cfg.JS.Conn().QueueSubscribe(CommandAdvisorySubject, "cairn-supervisor", func(m *nats.Msg) { s.onCommandMaxDeliveries(ctx, m) })
+	if err != nil {
+		return fmt.Errorf("subscribing to %s: %w", CommandAdvisorySubject, err)
+	}
+	defer func() { _ = cadv.Unsubscribe() }()
 	cons, err := s.cfg.JS.Consumer(ctx, assets.StreamRuns, assets.ConsumerControl)
 	if err != nil {
 		return fmt.Errorf("looking up consumer %q: %w", assets.ConsumerControl, err)

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/faults"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -136,4 +138,83 @@ func named(cs []kc.Command) string {
 		parts = append(parts, fmt.Sprintf("%s %s by %s at %s", c.Verb, c.RequestID, c.By, c.At))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// CommandAdvisorySubject is where the server announces run commands (on the control and the
+// compensator durables) that reached their delivery limit.
+const CommandAdvisorySubject = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + assets.StreamRuns + ".*"
+
+// onCommandMaxDeliveries keeps a command that reached its durable's MaxDeliver (each delivery
+// failed for a reason of the moment): it is written into its run's record as waiting, for the
+// sweep to carry out, and only then removed from the stream. A start, which has no record
+// yet, is refused on cairn.rejected with the reason, never dropped in silence.
+func (s *Supervisor) onCommandMaxDeliveries(ctx context.Context, m *nats.Msg) {
+	var adv maxDeliveries
+	if err := json.Unmarshal(m.Data, &adv); err != nil || adv.StreamSeq == 0 {
+		s.log.Warn("unreadable max-deliveries advisory", slog.String("data", cut(string(m.Data), 200)))
+		return
+	}
+	stream, err := s.cfg.JS.Stream(ctx, assets.StreamRuns)
+	if err != nil {
+		s.log.Warn("max-deliveries advisory", slog.Any("error", err))
+		return
+	}
+	raw, err := stream.GetMsg(ctx, adv.StreamSeq)
+	if err != nil {
+		return // settled or removed in the meantime
+	}
+	nm := &nats.Msg{Subject: raw.Subject, Header: raw.Header, Data: raw.Data}
+	if err := s.keep(ctx, nm, adv); err != nil {
+		s.log.Warn("keeping a command past its delivery limit", slog.String("subject", raw.Subject), slog.Any("error", err))
+		return // the message stays in the stream; the next advisory (none) or a person sees it
+	}
+	if err := stream.DeleteMsg(ctx, adv.StreamSeq); err != nil {
+		s.log.Warn("removing a command past its delivery limit", slog.Uint64("seq", adv.StreamSeq), slog.Any("error", err))
+	}
+}
+
+func (s *Supervisor) keep(ctx context.Context, nm *nats.Msg, adv maxDeliveries) error {
+	reason := fmt.Sprintf("delivered %d times (max deliver on %s) and never carried out", adv.Deliveries, adv.Consumer)
+	refuse := func(runID, why string) error {
+		return s.audit.Reject(ctx, events.RejectedID(assets.StreamRuns, adv.StreamSeq), runID, events.NewRejected(assets.StreamRuns, adv.StreamSeq, nm, why))
+	}
+	ev, err := events.DecodeCommand(nm, fmt.Sprintf("seq-%d", adv.StreamSeq))
+	if err != nil {
+		return refuse("", err.Error())
+	}
+	_, verb, _ := events.ParseRunSubject(nm.Subject)
+	if verb == events.VerbStart {
+		return refuse(ev.Subject, "start "+reason+": start it again")
+	}
+	var c events.Command
+	if err := ev.Unmarshal(&c); err != nil {
+		return refuse(ev.Subject, err.Error())
+	}
+	if verb == events.VerbUndo && c.RequestID != "" {
+		ev.ID = c.RequestID // the compensator's request id is the data's
+	}
+	w := Waiting(verb, ev, c, s.stamp())
+	_, rev, err := s.cfg.Store.Mutate(ctx, ev.Subject, func(r *kc.Record) error {
+		if r.HasRequest(ev.ID) {
+			return kc.ErrSkip
+		}
+		added, err := commandWaits(r, w)
+		if err != nil || !added {
+			return cmp.Or(err, kc.ErrSkip)
+		}
+		return nil
+	})
+	var rej *rejection
+	switch {
+	case errors.Is(err, kc.ErrSkip):
+		return nil
+	case errors.Is(err, kc.ErrNotFound):
+		return refuse(ev.Subject, fmt.Sprintf("%s: run %s does not exist", verb, ev.Subject))
+	case errors.As(err, &rej):
+		return refuse(ev.Subject, rej.Error())
+	case err != nil:
+		return err
+	}
+	s.record(ctx, events.AuditStepID(ev.Subject, "run", "command.waiting", rev), events.Audit{RunID: ev.Subject, Event: "command.waiting", Detail: verb + " " + w.RequestID + " " + reason + "; kept in the record"})
+	return nil
 }
