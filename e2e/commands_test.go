@@ -40,32 +40,7 @@ func TestUndoWaitsForAStalledStep(t *testing.T) {
 	if rec.Lease != nil || len(rec.Commands) != 0 || rec.Undo.Reversed == 0 {
 		t.Errorf("undone record: lease %+v, waiting %+v, undo %+v", rec.Lease, rec.Commands, rec.Undo)
 	}
-	rows, err := n.db("ledger.db").Query(`SELECT coalesce(reverses, key), sum(amount_paise), count(*) FROM ledger_entries GROUP BY 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := 0
-	for rows.Next() {
-		var k string
-		var sum, count int64
-		if err := rows.Scan(&k, &sum, &count); err != nil {
-			t.Fatal(err)
-		}
-		keys++
-		if sum != 0 || count != 2 {
-			t.Errorf("ledger key %s: %d rows netting %d, want the entry and its reversal netting 0", k, count, sum)
-		}
-	}
-	rows.Close()
-	if keys < 9 {
-		t.Errorf("%d ledger keys, want at least the 9 posted before the stall", keys)
-	}
-	for _, l := range n.truth.StockLevelsBefore {
-		var q, v int64
-		if err := n.db("erp.db").QueryRow(`SELECT qty, value_paise FROM stock_levels WHERE warehouse = ? AND sku = ?`, warehouse, l.SKU).Scan(&q, &v); err != nil || q != l.Qty || v != l.ValuePaise {
-			t.Errorf("stock level %s: %d/%d (%v), want the night's before-level %d/%d", l.SKU, q, v, err, l.Qty, l.ValuePaise)
-		}
-	}
+	n.assertNetZero(9)
 }
 
 // A resume of a run cancelled while its step stalls holding the lease waits in the record
@@ -88,4 +63,63 @@ func TestResumeWaitsForAStalledStep(t *testing.T) {
 		t.Errorf("waiting %+v after the run is done", rec.Commands)
 	}
 	n.assertTruth()
+}
+
+// The compensator dies right after it wrote the waiting undo into the record (its message
+// never acked), while post-ledger stalls: after the restart the dead step's lease is
+// released, the supervisor's sweep sends the waiting undo again, and the run ends undone.
+func TestWaitingUndoSurvivesACrash(t *testing.T) {
+	n := newNight(t, 0)
+	stall, crash := "post-ledger.before-write.10=stall:60s@once", "undo.after-record=exit@once"
+	n.start("CAIRN_FAULTS=" + stall + "," + crash)
+	n.startRun()
+	if !poll(runLimit, func() bool { return faults.Fired(filepath.Join(n.dir, "faults"), stall) }) {
+		t.Fatalf("%s did not fire", stall)
+	}
+	n.publish("cairn.runs."+runID+".undo", `{"request_id":"undo-crash"}`)
+	if code, err := n.dev.Wait(runLimit); err != nil || code != faults.ExitCode {
+		t.Fatalf("cairn dev ended with %d (%v), want the fault's exit %d", code, err, faults.ExitCode)
+	}
+	if !faults.Fired(filepath.Join(n.dir, "faults"), crash) {
+		t.Fatalf("%s did not fire", crash)
+	}
+	n.start("CAIRN_FAULTS=" + stall + "," + crash)
+	rec := n.undone(kc.Undone)
+	if !rec.HasRequest("undo-crash") || len(rec.Commands) != 0 {
+		t.Errorf("requests %v, waiting %+v: want the undo carried out, nothing waiting", rec.Requests, rec.Commands)
+	}
+	n.assertNetZero(9)
+}
+
+// assertNetZero checks an undone run: every ledger key (at least min of them) is its entry
+// and its reversal, netting to zero, and the stock is back at the night's before-levels.
+func (n *night) assertNetZero(min int) {
+	t := n.t
+	t.Helper()
+	rows, err := n.db("ledger.db").Query(`SELECT coalesce(reverses, key), sum(amount_paise), count(*) FROM ledger_entries GROUP BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := 0
+	for rows.Next() {
+		var k string
+		var sum, count int64
+		if err := rows.Scan(&k, &sum, &count); err != nil {
+			t.Fatal(err)
+		}
+		keys++
+		if sum != 0 || count != 2 {
+			t.Errorf("ledger key %s: %d rows netting %d, want the entry and its reversal netting 0", k, count, sum)
+		}
+	}
+	rows.Close()
+	if keys < min {
+		t.Errorf("%d ledger keys, want at least %d", keys, min)
+	}
+	for _, l := range n.truth.StockLevelsBefore {
+		var q, v int64
+		if err := n.db("erp.db").QueryRow(`SELECT qty, value_paise FROM stock_levels WHERE warehouse = ? AND sku = ?`, warehouse, l.SKU).Scan(&q, &v); err != nil || q != l.Qty || v != l.ValuePaise {
+			t.Errorf("stock level %s: %d/%d (%v), want the night's before-level %d/%d", l.SKU, q, v, err, l.Qty, l.ValuePaise)
+		}
+	}
 }
