@@ -7,19 +7,20 @@ import (
 	"github.com/cairnhq/cairn/internal/chaos"
 )
 
-// cairn chaos, at two crash points: it runs the reference night, crashes and restarts the
-// others, and reports zero differences (the whole sampled set runs in TestCrashMatrix and
+// cairn chaos, at a crash point in a step, at a step boundary, in the supervisor and in the
+// compensator (an undo of the whole night, against the night undone uninterrupted): it runs
+// the references, crashes and restarts the others, and reports zero differences (the whole sampled set runs in TestCrashMatrix and
 // by hand with `cairn chaos`).
 func TestChaosCommand(t *testing.T) {
 	n := newNight(t, 0)
 	quickExit(t)
 	out, code := n.cli("chaos", "--dir", n.dir+"/chaos", "--json", "--points",
-		"post-ledger.before-write.24=exit@once,update-stock.after-commit=exit@once")
+		"post-ledger.before-write.24=exit@once,update-stock.after-commit=exit@once,supervisor.after-record=exit@once,undo.after-write.51=exit@once")
 	var results []chaos.Result
 	if err := json.Unmarshal([]byte(out), &results); err != nil {
 		t.Fatalf("cairn chaos --json (exit %d): %v\n%s", code, err, out)
 	}
-	if code != 0 || len(results) != 2 {
+	if code != 0 || len(results) != 4 {
 		t.Fatalf("cairn chaos: exit %d, %+v", code, results)
 	}
 	for _, r := range results {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -46,6 +47,22 @@ func cmdChaos(ctx context.Context, args []string) error {
 	if *points != "" {
 		list = strings.Split(*points, ",")
 	}
+	// The compensator's points crash an undo of the whole night: their reference is the
+	// night undone, uninterrupted.
+	var wantUndone chaos.Outcome
+	if slices.ContainsFunc(list, chaos.UndoPoint) {
+		u, err := chaos.Prepare(ctx, self, filepath.Join(*dir, "reference-undo"))
+		if err != nil {
+			return err
+		}
+		u.Undo = true
+		if !*asJSON {
+			fmt.Println("the reference night, undone …")
+		}
+		if wantUndone, _, err = u.Run(ctx, "", *limit); err != nil {
+			return fmt.Errorf("the reference night, undone: %w", err)
+		}
+	}
 	var results []chaos.Result
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	if !*asJSON {
@@ -57,11 +74,16 @@ func cmdChaos(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
+		n.Undo = chaos.UndoPoint(fault)
 		got, res, err := n.Run(ctx, fault, *limit)
 		if err != nil {
 			res.Differences = append(res.Differences, err.Error())
 		} else {
-			exp := chaos.Expected(want, fault)
+			ref := want
+			if n.Undo {
+				ref = wantUndone
+			}
+			exp := chaos.Expected(ref, fault)
 			res.Differences, res.Duplicates = chaos.Compare(got, exp)
 			res.ExtraCalls = got.ExtractorCalls - exp.ExtractorCalls
 		}

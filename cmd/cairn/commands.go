@@ -407,6 +407,7 @@ func (s *sender) send(ctx context.Context, runID string, spec verbSpec, c events
 	}
 	limit := time.NewTimer(30 * time.Second)
 	defer limit.Stop()
+	waiting := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -422,7 +423,27 @@ func (s *sender) send(ctx context.Context, runID string, spec verbSpec, c events
 				continue
 			}
 			r, err := kc.Decode(e.Value())
-			if err != nil || !r.HasRequest(c.RequestID) {
+			if err != nil {
+				continue
+			}
+			if !r.HasRequest(c.RequestID) {
+				switch {
+				case r.Waiting(c.RequestID) != nil && !waiting:
+					// Accepted: it waits in the record for the run's lease, however long.
+					waiting = true
+					limit.Stop()
+					fmt.Printf("%s  %s  %s waits for the run's lease (request %s)\n", r.RunID, r.Status, spec.verb, c.RequestID)
+					if !wait {
+						return nil
+					}
+				case waiting && r.Waiting(c.RequestID) == nil:
+					// Its wait ended without it: a handover named it, or the run moved on.
+					fmt.Println(progress(r))
+					if r.Status == kc.HandedOver {
+						return exitCode{code: 3, err: fmt.Errorf("%s of %s was handed over before it could be carried out: %s", spec.verb, runID, r.NextAction)}
+					}
+					return fmt.Errorf("%s of %s no longer applies: the run is %s", spec.verb, runID, r.Status)
+				}
 				continue
 			}
 			fmt.Println(progress(r))
@@ -475,7 +496,7 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 // followUndo prints an undo's progress until it is finished.
 func followUndo(ctx context.Context, w jetstream.KeyWatcher, id string, r *kc.Record) error {
 	for {
-		if r.Undo != nil && r.Undo.RequestID == id {
+		if r.Undo != nil && r.Undo.RequestID == kc.RequestKey(id) {
 			fmt.Printf("%s  %s  %d of %d effects, %d reversed\n", r.RunID, r.Status, r.Undo.Cursor, r.Undo.Total, r.Undo.Reversed)
 			if r.Status != kc.Undoing {
 				return nil

@@ -308,6 +308,9 @@ func printRecord(r *kc.Record, rev uint64) {
 	if r.Handover != nil {
 		fmt.Printf("handover   %s\n", *r.Handover)
 	}
+	for _, c := range r.Commands {
+		fmt.Printf("waiting    %s %s, asked by %s at %s: for the run's lease\n", c.Verb, c.RequestID, c.By, c.At)
+	}
 	if a := r.Approval; a != nil {
 		who := "not yet approved: cairn approve " + r.RunID + " or cairn reject " + r.RunID
 		if a.By != nil {

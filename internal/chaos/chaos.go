@@ -68,8 +68,16 @@ type Night struct {
 	Bin   string
 	Dir   string
 	Truth recon.Truth
-	url   string
+	// Undo: once the night is done, the whole run is undone (cairn undo RUN), and the night
+	// ends when it is undone. The compensator's crash points crash that undo.
+	Undo bool
+	url  string
 }
+
+// UndoPoint reports whether a crash point is the compensator's: its night is undone.
+func UndoPoint(fault string) bool { return strings.HasPrefix(fault, undoStep+".") }
+
+const undoStep = "undo" // the compensator's lease step, and its faults' step name
 
 // Prepare generates the night's data in a fresh dir.
 func Prepare(ctx context.Context, bin, dir string) (*Night, error) {
@@ -98,8 +106,8 @@ func (n *Night) dev(i int, fault string) (*devproc.Proc, error) {
 	return devproc.Start(n.Bin, env, filepath.Join(n.Dir, fmt.Sprintf("dev-%d.log", i)), time.Minute)
 }
 
-// Run runs the night with fault ("" for none): a crash, the restart, until done, then the
-// outcome. limit bounds each phase.
+// Run runs the night with fault ("" for none): a crash, the restart, until done (or undone,
+// for an undo night), then the outcome. limit bounds each phase.
 func (n *Night) Run(ctx context.Context, fault string, limit time.Duration) (Outcome, Result, error) {
 	res := Result{Fault: fault}
 	began := time.Now()
@@ -110,6 +118,12 @@ func (n *Night) Run(ctx context.Context, fault string, limit time.Duration) (Out
 	if err := n.start(ctx); err != nil {
 		p.Stop(10 * time.Second)
 		return Outcome{}, res, err
+	}
+	if n.Undo {
+		if err := n.undo(ctx, limit); err != nil {
+			p.Stop(10 * time.Second)
+			return Outcome{}, res, fmt.Errorf("%s: %w; log %s", fault, err, p.Log)
+		}
 	}
 	if fault != "" {
 		code, err := p.Wait(limit)
@@ -129,7 +143,11 @@ func (n *Night) Run(ctx context.Context, fault string, limit time.Duration) (Out
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	rec, err := WaitDone(ctx, js, RunID, limit)
+	want := kc.Done
+	if n.Undo {
+		want = kc.Undone
+	}
+	rec, err := WaitStatus(ctx, js, RunID, want, limit)
 	if err != nil {
 		return Outcome{}, res, fmt.Errorf("%s: %w; log %s", fault, err, p.Log)
 	}
@@ -137,6 +155,21 @@ func (n *Night) Run(ctx context.Context, fault string, limit time.Duration) (Out
 	o, resumed, err := n.outcome(ctx, js, rec)
 	res.Resumed = resumed
 	return o, res, err
+}
+
+// undo waits until the night is done, then asks for the undo of the whole run.
+func (n *Night) undo(ctx context.Context, limit time.Duration) error {
+	nc, err := nats.Connect(n.url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if _, err := WaitDone(ctx, js, RunID, limit); err != nil {
+		return err
+	}
+	_, err = js.Publish(ctx, events.RunSubject(RunID, events.VerbUndo), []byte(`{"request_id":"chaos-undo"}`))
+	return err
 }
 
 func (n *Night) start(ctx context.Context) error {
@@ -153,6 +186,12 @@ func (n *Night) start(ctx context.Context) error {
 // WaitDone watches run's checkpoint until it is done (a handed-over or cancelled run is an
 // error), for at most limit.
 func WaitDone(ctx context.Context, js jetstream.JetStream, run string, limit time.Duration) (*kc.Record, error) {
+	return WaitStatus(ctx, js, run, kc.Done, limit)
+}
+
+// WaitStatus watches run's checkpoint until its status is want (a handed-over or cancelled
+// run is an error), for at most limit.
+func WaitStatus(ctx context.Context, js jetstream.JetStream, run string, want kc.Status, limit time.Duration) (*kc.Record, error) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	kv, err := js.KeyValue(ctx, assets.BucketRuns)
@@ -173,13 +212,13 @@ func WaitDone(ctx context.Context, js jetstream.JetStream, run string, limit tim
 			return nil, err
 		}
 		switch r.Status {
-		case kc.Done:
+		case want:
 			return r, nil
 		case kc.HandedOver, kc.Cancelled:
 			return r, fmt.Errorf("run %s is %s: %s", run, r.Status, r.NextAction)
 		}
 	}
-	return nil, fmt.Errorf("run %s not done within %s", run, limit)
+	return nil, fmt.Errorf("run %s not %s within %s", run, want, limit)
 }
 
 // outcome reads what the finished run left, and the steps started after the crash.
@@ -360,10 +399,12 @@ func shorten(s string) string {
 }
 
 // Points are the crash points: every step boundary (before and after its commit, and before
-// its next event's publish), and the first, 24th and last entry of post-ledger and
-// update-stock and the first, middle and last note of debit-notes, before and after the write.
+// its next event's publish), the first, 24th and last entry of post-ledger and update-stock
+// and the first, middle and last note of debit-notes, before and after the write; the
+// supervisor's, after it recorded the start; and the compensator's, in an undo of the whole
+// night: the first, middle and last reversal, and before and after the undo's commit.
 func Points(t recon.Truth, steps []string) []string {
-	var out []string
+	out := []string{supervisor.FaultPoint + "." + faults.AfterRecord + "=exit@once"}
 	for _, s := range steps {
 		out = append(out, s+"."+faults.BeforeCommit+"=exit@once", s+"."+faults.AfterCommit+"=exit@once")
 		if s != steps[len(steps)-1] {
@@ -381,6 +422,13 @@ func Points(t recon.Truth, steps []string) []string {
 			}
 		}
 	}
+	effects := 2*entries + notes + 1 // every entry and adjustment, every note, the report
+	out = append(out,
+		fmt.Sprintf("%s.%s.1=exit@once", undoStep, faults.BeforeWrite),
+		fmt.Sprintf("%s.%s.%d=exit@once", undoStep, faults.AfterWrite, (effects+1)/2),
+		fmt.Sprintf("%s.%s.%d=exit@once", undoStep, faults.BeforeWrite, effects),
+		undoStep+"."+faults.BeforeCommit+"=exit@once",
+		undoStep+"."+faults.AfterCommit+"=exit@once")
 	return out
 }
 

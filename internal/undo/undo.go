@@ -34,6 +34,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/runner"
 	"github.com/cairnhq/cairn/pkg/saga"
+	"github.com/cairnhq/cairn/pkg/supervisor"
 )
 
 // Step is the lease step of an undo.
@@ -119,7 +120,8 @@ func (c *Compensator) Handle(ctx context.Context, m jetstream.Msg) {
 		err = cmd.Validate()
 	}
 	if err == nil {
-		err = c.undo(ctx, m, ev.Subject, cmp.Or(cmd.RequestID, ev.ID), cmd.Scope)
+		ev.ID = kc.RequestKey(cmp.Or(cmd.RequestID, ev.ID))
+		err = c.undo(ctx, m, ev.Subject, ev.ID, cmd.Scope, supervisor.Waiting(events.VerbUndo, ev, cmd, c.cfg.Now().UTC().Format(time.RFC3339Nano)))
 	}
 	var rej *rejection
 	switch {
@@ -149,8 +151,10 @@ type rejection struct{ reason string }
 
 func (r *rejection) Error() string { return r.reason }
 
-// undo runs (or resumes) the undo request id of run.
-func (c *Compensator) undo(ctx context.Context, m jetstream.Msg, runID, id string, scope *events.UndoScope) error {
+// undo runs (or resumes) the undo request id of run. When it cannot start yet (a step, or
+// another undo, holds the run) it waits in the record as waiting, and its message is acked:
+// the supervisor's sweep sends it again once the run is free.
+func (c *Compensator) undo(ctx context.Context, m jetstream.Msg, runID, id string, scope *events.UndoScope, waiting kc.Command) error {
 	var sc saga.Scope
 	if scope != nil {
 		sc = saga.Scope{Supplier: scope.Supplier, Step: scope.Step}
@@ -170,20 +174,43 @@ func (c *Compensator) undo(ctx context.Context, m jetstream.Msg, runID, id strin
 	if rec.HasRequest(id) && (rec.Undo == nil || rec.Undo.RequestID != id || rec.Status != kc.Undoing) {
 		return nil // done already
 	}
-	if rec.Status == kc.Undoing && rec.Undo != nil && rec.Undo.RequestID != id {
-		return fmt.Errorf("run %s is undoing request %s: %w", runID, rec.Undo.RequestID, errWait)
+	// Undo of a running run cancels it first; while a step (or another undo) holds the run
+	// the undo waits in the record, in the same write.
+	busy := func(r *kc.Record) bool {
+		return r.Lease != nil || (r.Status == kc.Undoing && r.Undo != nil && r.Undo.RequestID != id)
 	}
-	// Undo of a running run cancels it first, and waits for its lease.
-	if rec.Status == kc.Running || rec.Status == kc.WaitingApproval {
-		if rec, rev, err = c.cfg.Store.MutateFrom(ctx, rec, rev, runID, func(r *kc.Record) error {
-			if r.Status != kc.Running && r.Status != kc.WaitingApproval {
+	if rec.Status == kc.Running || rec.Status == kc.WaitingApproval || (busy(rec) && rec.Waiting(id) == nil) {
+		var added bool
+		rec, rev, err = c.cfg.Store.MutateFrom(ctx, rec, rev, runID, func(r *kc.Record) error {
+			added = false
+			changed := false
+			if r.Status == kc.Running || r.Status == kc.WaitingApproval {
+				r.Status = kc.Cancelled
+				r.NextAction = "cancelled for an undo"
+				changed = true
+			}
+			if busy(r) {
+				var werr error
+				if added, werr = r.Wait(waiting); werr != nil {
+					return &rejection{fmt.Sprintf("undo of %s: %v", runID, werr)}
+				}
+				if added {
+					r.NextAction = "cancelled; the undo waits for the run's lease"
+				}
+			}
+			if !changed && !added {
 				return kc.ErrSkip
 			}
-			r.Status = kc.Cancelled
-			r.NextAction = "cancelled for an undo"
 			return nil
-		}); err != nil && !errors.Is(err, kc.ErrSkip) {
+		})
+		if err != nil && !errors.Is(err, kc.ErrSkip) {
 			return err
+		}
+		if added {
+			c.record(ctx, runID, "undo.waiting", rev, fmt.Sprintf("undo %s waits for the run's lease", id))
+			if err := c.cfg.Faults.Hit(ctx, Step, faults.AfterRecord, 0); err != nil {
+				return err
+			}
 		}
 	}
 	if l := rec.Lease; l != nil {
@@ -192,7 +219,10 @@ func (c *Compensator) undo(ctx context.Context, m jetstream.Msg, runID, id strin
 				return err
 			}
 		}
-		return fmt.Errorf("run %s: %s holds the lease: %w", runID, l.Owner, errWait)
+		return nil // it waits in the record
+	}
+	if busy(rec) {
+		return nil // after the other undo
 	}
 	effects, err := saga.Effects(ctx, c.cfg.JS, runID)
 	if err != nil {
@@ -209,11 +239,12 @@ func (c *Compensator) undo(ctx context.Context, m jetstream.Msg, runID, id strin
 			r.Undo = &kc.Undo{RequestID: id, Scope: scopeJSON, Total: len(plan), PreviousStatus: prev}
 			r.AddRequest(id)
 		}
+		r.DropCommand(id)
 		r.Status = kc.Undoing
 		r.NextAction = fmt.Sprintf("reverse %d effects of %s, newest first", len(plan), runID)
 	})
 	if errors.Is(err, kc.ErrConflict) || errors.Is(err, kc.ErrLeaseHeld) {
-		return fmt.Errorf("run %s changed: %w", runID, errWait)
+		return fmt.Errorf("run %s changed: %w", runID, errWait) // read again at once: the next delivery waits in the record if it must
 	}
 	if err != nil {
 		return err
@@ -261,6 +292,9 @@ func (c *Compensator) reverse(ctx context.Context, m jetstream.Msg, h *kc.Holder
 			return c.stop(ctx, h, err)
 		}
 	}
+	if err := c.cfg.Faults.Hit(ctx, Step, faults.BeforeCommit, 0); err != nil {
+		return c.stop(ctx, h, err)
+	}
 	err := h.Release(ctx, func(r *kc.Record) error {
 		if sc == (saga.Scope{}) {
 			r.Status = kc.Undone
@@ -273,6 +307,9 @@ func (c *Compensator) reverse(ctx context.Context, m jetstream.Msg, h *kc.Holder
 	})
 	if err != nil {
 		return c.stop(ctx, h, err)
+	}
+	if err := c.cfg.Faults.Hit(ctx, Step, faults.AfterCommit, 0); err != nil {
+		log.Warn("fault after the undo's commit", slog.Any("error", err))
 	}
 	done, _ := h.Record()
 	c.record(ctx, runID, "undo.done", h.Token(), fmt.Sprintf("%d of %d effects reversed", done.Undo.Reversed, len(plan)))

@@ -1,7 +1,8 @@
 // Package faults injects failures at named points of a step, for tests and chaos runs.
 //
 // CAIRN_FAULTS is a comma-separated list of <step>.<point>[.<n>]=<action>[@once]: points are
-// before-commit, after-commit, before-write, after-write, lost-reply and before-next-publish;
+// before-commit, after-commit, before-write, after-write, lost-reply, before-next-publish and
+// after-record (the supervisor's and the compensator's: a command written into the record);
 // n is the 1-based write index in key order; actions are exit (the process exits at once with
 // code 3), error:temporary|permanent|unknown, and stall[:duration]. @once leaves a marker file
 // so that the fault does not fire again after the restart it causes.
@@ -29,9 +30,12 @@ const (
 	AfterWrite        = "after-write"
 	LostReply         = "lost-reply"
 	BeforeNextPublish = "before-next-publish"
+	// AfterRecord: the supervisor or the compensator wrote a command into the record (applied
+	// it, or recorded that it waits) and has not yet done what follows: the step event, the ack.
+	AfterRecord = "after-record"
 )
 
-var points = []string{BeforeCommit, AfterCommit, BeforeWrite, AfterWrite, LostReply, BeforeNextPublish}
+var points = []string{BeforeCommit, AfterCommit, BeforeWrite, AfterWrite, LostReply, BeforeNextPublish, AfterRecord}
 
 // Error classes an error action returns.
 var (

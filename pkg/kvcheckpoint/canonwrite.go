@@ -30,12 +30,14 @@ func (c *canonical) canonicalRecord(r *Record) (ok bool) {
 		c.string(a.Step)
 		*w = append(*w, '}')
 	}
+	*w = append(*w, `,"commands":`...)
+	ok = c.commands(r.Commands)
 	*w = append(*w, `,"created_at":`...)
 	c.string(r.CreatedAt)
 	*w = append(*w, `,"epoch":`...)
 	c.string(r.Epoch)
 	*w = append(*w, `,"generation":`...)
-	ok = c.int(int64(r.Generation))
+	ok = c.int(int64(r.Generation)) && ok
 	*w = append(*w, `,"handover":`...)
 	c.strPtr(r.Handover)
 	*w = append(*w, `,"lease":`...)
@@ -353,4 +355,31 @@ func (c *canonical) string(s string) {
 	}
 	c.out = append(c.out, s[start:]...)
 	c.out = append(c.out, '"')
+}
+
+func (c *canonical) commands(cs []Command) bool {
+	if cs == nil {
+		c.out = append(c.out, "null"...)
+		return true
+	}
+	ok := true
+	c.out = append(c.out, '[')
+	for i, cmd := range cs {
+		if i > 0 {
+			c.out = append(c.out, ',')
+		}
+		c.out = append(c.out, `{"args":`...)
+		ok = c.raw(cmd.Args) && ok
+		c.out = append(c.out, `,"at":`...)
+		c.string(cmd.At)
+		c.out = append(c.out, `,"by":`...)
+		c.string(cmd.By)
+		c.out = append(c.out, `,"request_id":`...)
+		c.string(cmd.RequestID)
+		c.out = append(c.out, `,"verb":`...)
+		c.string(cmd.Verb)
+		c.out = append(c.out, '}')
+	}
+	c.out = append(c.out, ']')
+	return ok
 }

@@ -62,6 +62,8 @@ func decodeRecord(b []byte) (*Record, bool) {
 			ok = d.strPtr(&r.Handover)
 		case "undo":
 			ok = d.undo(&r.Undo)
+		case "commands":
+			ok = d.commands(&r.Commands)
 		case "sum":
 			ok = d.str(&r.Sum)
 		default:
@@ -695,5 +697,54 @@ func (d *decoder) undo(p **Undo) bool {
 		if !ok {
 			return false
 		}
+	}
+}
+
+func (d *decoder) commands(p *[]Command) bool {
+	if d.null() {
+		*p = nil
+		return true
+	}
+	out := []Command{}
+	for first := true; ; {
+		done, ok := d.element(&first)
+		if !ok {
+			return false
+		}
+		if done {
+			*p = out
+			return true
+		}
+		var c Command
+		for mfirst := true; ; {
+			key, done, ok := d.member(&mfirst)
+			if !ok {
+				return false
+			}
+			if done {
+				break
+			}
+			switch string(key) {
+			case "verb":
+				ok = d.str(&c.Verb)
+			case "request_id":
+				ok = d.str(&c.RequestID)
+			case "by":
+				ok = d.str(&c.By)
+			case "at":
+				ok = d.str(&c.At)
+			case "args":
+				ok = d.raw(&c.Args)
+				if ok && string(c.Args) == "null" {
+					c.Args = nil
+				}
+			default:
+				ok = false
+			}
+			if !ok {
+				return false
+			}
+		}
+		out = append(out, c)
 	}
 }

@@ -5,8 +5,9 @@
 //
 // A run has exactly one key, its run id, holding one JSON [Record]: the run's
 // parameters and status, the pipeline and every step's progress, the lease, the
-// next action in one sentence, the last command ids applied, and the approval,
-// handover and undo in flight. Every field is always present, null or empty when it
+// next action in one sentence, the last command ids applied, the commands accepted that
+// wait for the run's lease ([Command], at most [MaxCommands]; see [Record.Wait]), and the
+// approval, handover and undo in flight. Every field is always present, null or empty when it
 // has no value, so a person reading the raw entry sees the whole shape. A record is
 // at most [MaxSize] bytes: large outputs and long parked lists live in the artifact
 // store and the record points at them. [Encode] refuses a larger record with
@@ -36,7 +37,8 @@
 // "schema" says the record's layout; this package writes [Schema] and reads every earlier
 // one. The sum is checked on the record as stored, in its own layout; then a record of an
 // earlier schema is upgraded in memory, one version at a time (schema 1 had no
-// "updated_at": it becomes the creation time), and the next write, whoever makes it,
+// "updated_at": it becomes the creation time; schema 2 had no "commands": none waited), and
+// the next write, whoever makes it,
 // stores the current schema. Every write sets "updated_at" by the writer's clock
 // ([WithClock]); it is for people reading the record, and no lease is judged by it.
 //

@@ -23,6 +23,9 @@ var (
 	ErrNoEpoch = errors.New("bucket has no cairn.epoch")
 	// ErrTooLarge: the record exceeds MaxSize.
 	ErrTooLarge = errors.New("checkpoint too large")
+	// ErrTooManyCommands: the record keeps MaxCommands waiting commands already, or the
+	// command is too large to keep; the command is refused, not lost.
+	ErrTooManyCommands = errors.New("too many commands waiting")
 	// ErrSkip, returned by a mutation, writes nothing.
 	ErrSkip = errors.New("nothing to write")
 )

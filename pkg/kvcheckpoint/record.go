@@ -1,13 +1,17 @@
 package kvcheckpoint
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"slices"
+	"strings"
 )
 
 // Schema is the version of the record layout this package writes. It reads every earlier
 // one and upgrades it in memory (see upgrade.go); a later one is ErrNewerSchema.
-const Schema = 2
+const Schema = 3
 
 // Status is a run's status.
 type Status string
@@ -56,6 +60,7 @@ type Record struct {
 	Approval          *Approval        `json:"approval"`
 	Handover          *string          `json:"handover"`
 	Undo              *Undo            `json:"undo"`
+	Commands          []Command        `json:"commands"` // schema 3
 	Sum               string           `json:"sum"`
 }
 
@@ -144,6 +149,23 @@ type Undo struct {
 	PreviousStatus Status          `json:"previous_status"`
 }
 
+// Command is a run command accepted but not yet carried out: it waits for the run's lease.
+// Once it is here its message is settled; the record, not the delivery, keeps it until
+// whoever next finds the run free carries it out, or a handover names it.
+type Command struct {
+	Verb      string          `json:"verb"`
+	RequestID string          `json:"request_id"` // as RequestKey stores it
+	By        string          `json:"by"`         // who asked (the command's source), ≤ 64 bytes
+	At        string          `json:"at"`         // when it was accepted
+	Args      json.RawMessage `json:"args"`       // the command's own data, opaque; null when none
+}
+
+// MaxCommands bounds the commands a record keeps waiting; a further one is refused.
+const MaxCommands = 4
+
+// maxCommandArgs bounds a waiting command's data in bytes.
+const maxCommandArgs = 256
+
 // New returns the record of a run that has just been started: every step pending.
 func New(runID string, p Params, pipeline []string, createdAt string) *Record {
 	r := &Record{
@@ -156,6 +178,7 @@ func New(runID string, p Params, pipeline []string, createdAt string) *Record {
 		Pipeline:  slices.Clone(pipeline),
 		Steps:     make(map[string]*Step, len(pipeline)),
 		Requests:  []string{},
+		Commands:  []Command{},
 	}
 	for _, s := range pipeline {
 		r.Steps[s] = NewStep()
@@ -190,6 +213,13 @@ func (r *Record) Clone() *Record {
 		cu := *u
 		cu.Scope = slices.Clone(u.Scope)
 		c.Undo = &cu
+	}
+	if r.Commands != nil {
+		c.Commands = make([]Command, len(r.Commands))
+		for i, cmd := range r.Commands {
+			cmd.Args = slices.Clone(cmd.Args)
+			c.Commands[i] = cmd
+		}
 	}
 	return &c
 }
@@ -284,8 +314,24 @@ func (r *Record) Current() string {
 	return ""
 }
 
-// AddRequest records a command id, keeping the last 16.
+// maxRequestKey is the longest request id the record keeps as it is.
+const maxRequestKey = 64
+
+// RequestKey is how the record keeps a request id: as it is up to 64 bytes, a longer one by
+// its digest, so that a long id never fills the record. RequestKey(RequestKey(id)) ==
+// RequestKey(id).
+func RequestKey(id string) string {
+	if len(id) <= maxRequestKey {
+		return id
+	}
+	h := sha256.Sum256([]byte(id))
+	return "sha256:" + hex.EncodeToString(h[:16])
+}
+
+// AddRequest records a command id, keeping the last 16, and ends its wait if it waited.
 func (r *Record) AddRequest(id string) {
+	id = RequestKey(id)
+	r.DropCommand(id)
 	r.Requests = append(r.Requests, id)
 	if n := len(r.Requests); n > 16 {
 		r.Requests = slices.Clone(r.Requests[n-16:])
@@ -293,7 +339,59 @@ func (r *Record) AddRequest(id string) {
 }
 
 // HasRequest reports whether the command id was already applied.
-func (r *Record) HasRequest(id string) bool { return slices.Contains(r.Requests, id) }
+func (r *Record) HasRequest(id string) bool {
+	return slices.Contains(r.Requests, RequestKey(id)) || slices.Contains(r.Requests, id)
+}
+
+// Wait records a command that cannot be carried out yet. It reports false, changing
+// nothing, when the same request waits already; ErrTooManyCommands when MaxCommands wait.
+// by is cut to 64 bytes; args over 256 bytes are ErrTooManyCommands too (a command's data
+// is a few ids).
+func (r *Record) Wait(c Command) (bool, error) {
+	c.RequestID = RequestKey(c.RequestID)
+	if r.Waiting(c.RequestID) != nil {
+		return false, nil
+	}
+	if len(r.Commands) >= MaxCommands {
+		return false, fmt.Errorf("%w: %d commands wait already (at most %d)", ErrTooManyCommands, len(r.Commands), MaxCommands)
+	}
+	if len(c.Args) > maxCommandArgs {
+		return false, fmt.Errorf("%w: the command's data is %d bytes (at most %d)", ErrTooManyCommands, len(c.Args), maxCommandArgs)
+	}
+	if len(c.Args) == 0 {
+		c.Args = nil
+	}
+	c.By = strings.ToValidUTF8(cutBytes(c.By, 64), "")
+	r.Commands = append(r.Commands, c)
+	return true, nil
+}
+
+// Waiting returns the waiting command of request id, or nil.
+func (r *Record) Waiting(id string) *Command {
+	id = RequestKey(id)
+	for i := range r.Commands {
+		if r.Commands[i].RequestID == id {
+			return &r.Commands[i]
+		}
+	}
+	return nil
+}
+
+// DropCommand ends the wait of request id (carried out, refused, or named by a handover);
+// it reports whether it waited.
+func (r *Record) DropCommand(id string) bool {
+	id = RequestKey(id)
+	n := len(r.Commands)
+	r.Commands = slices.DeleteFunc(r.Commands, func(c Command) bool { return c.RequestID == id })
+	return len(r.Commands) != n
+}
+
+func cutBytes(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
 
 // SetLastError sets a step's last_error, cut to MaxLastError bytes.
 func (s *Step) SetLastError(msg string) {

@@ -35,6 +35,9 @@ func fullRecord() *kc.Record {
 	r.Approval = &kc.Approval{Step: "post-ledger", PlanDigest: "sha256:aa", By: kc.Ptr("asha"), At: kc.Ptr("2026-10-13T23:00:00Z")}
 	r.Handover = kc.Ptr("h-1")
 	r.Undo = &kc.Undo{RequestID: "undo-1", Scope: json.RawMessage(`{"steps":["post-ledger"]}`), Cursor: 3, Reversed: 2, Total: 40, PreviousStatus: kc.Running}
+	if _, err := r.Wait(kc.Command{Verb: "resume", RequestID: "resume-1", By: "/cairn/cli", At: "2026-10-13T23:01:00Z", Args: json.RawMessage(`{"after_fix":true}`)}); err != nil {
+		panic(err)
+	}
 	s := r.Step("fetch")
 	s.Status = kc.Verified
 	s.StartedAt = kc.Ptr("2026-10-13T22:00:04Z")
@@ -102,7 +105,7 @@ func sorted(s ...string) []string { return slices.Sorted(slices.Values(s)) }
 func TestEncodeFieldsOfDesign(t *testing.T) {
 	recordKeys := sorted("schema", "run_id", "params", "created_at", "epoch", "status", "pipeline", "steps",
 		"source_fingerprint", "stock_snapshot", "lease", "next_action", "restarts", "generation", "requests",
-		"approval", "handover", "undo", "updated_at", "sum")
+		"approval", "handover", "undo", "commands", "updated_at", "sum")
 	stepKeys := sorted("status", "attempts", "started_at", "finished_at", "output", "input_fingerprint", "versions",
 		"token", "effects", "parked", "parked_count", "parked_artifact", "last_error")
 	versionKeys := sorted("code", "prompt", "schema", "model")
@@ -122,7 +125,7 @@ func TestEncodeFieldsOfDesign(t *testing.T) {
 			}
 		}
 		want := map[string]string{"schema": fmt.Sprint(kc.Schema), "updated_at": `"2026-10-13T22:00:03Z"`, "status": `"running"`, "next_action": `""`, "restarts": "0",
-			"generation": "0", "requests": "[]", "params": `{"date":"2026-10-13","shadow":false,"warehouse":"ldh"}`}
+			"generation": "0", "requests": "[]", "commands": "[]", "params": `{"date":"2026-10-13","shadow":false,"warehouse":"ldh"}`}
 		for k, v := range want {
 			if string(rec[k]) != v {
 				t.Errorf("%s = %s, want %s", k, rec[k], v)

@@ -17,6 +17,7 @@ const NewerSchemaRetry = 5 * time.Second
 // is filled here. upgrades[0] is unused: no record has schema 0.
 var upgrades = [Schema]func(r *Record){
 	1: func(r *Record) { r.UpdatedAt = r.CreatedAt }, // 1→2: updated_at, not known before: the creation
+	2: func(r *Record) { r.Commands = []Command{} },  // 2→3: commands; none waited before
 }
 
 // checkSchema upgrades a decoded record of an earlier schema in memory; a record of a later

@@ -84,7 +84,7 @@ func TestDecodeSchema1Upgrades(t *testing.T) {
 			if want.Schema != 1 || bytes.Contains(b, []byte(`"updated_at"`)) {
 				t.Fatalf("not a schema-1 record: %s", b)
 			}
-			want.Schema, want.UpdatedAt = kc.Schema, want.CreatedAt
+			want.Schema, want.UpdatedAt, want.Commands = kc.Schema, want.CreatedAt, []kc.Command{}
 			got, err := kc.Decode(b)
 			if err != nil {
 				t.Fatalf("Decode: %v", err)

@@ -88,6 +88,9 @@ func (s *Supervisor) start(ctx context.Context, ev events.Event) error {
 		return err
 	}
 	s.record(ctx, events.AuditStepID(runID, "run", "started", rev), events.Audit{RunID: runID, Event: "run.started", Detail: "started by " + ev.Source})
+	if err := s.hit(ctx); err != nil {
+		return err
+	}
 	return s.publish(ctx, runID, first, 0, rev)
 }
 
@@ -153,6 +156,7 @@ func (s *Supervisor) cancel(ctx context.Context, ev events.Event) error {
 	}
 	if err == nil {
 		s.record(ctx, events.AuditStepID(ev.Subject, "run", "cancelled", rev), events.Audit{RunID: ev.Subject, Event: "run.cancelled"})
+		return s.hit(ctx)
 	}
 	return nil
 }
@@ -168,14 +172,25 @@ func (s *Supervisor) resume(ctx context.Context, ev events.Event) error {
 		return err
 	}
 	var step string
+	var waits, dropped bool
 	rec, rev, err := s.cfg.Store.Mutate(ctx, ev.Subject, func(r *kc.Record) error {
+		waits, dropped = false, false
 		if r.HasRequest(ev.ID) || (r.Status != kc.HandedOver && r.Status != kc.Cancelled) {
+			if dropped = r.DropCommand(ev.ID); dropped {
+				return nil // it waited, and no longer applies: its wait ends
+			}
 			return kc.ErrSkip
 		}
 		if l := r.Lease; l != nil {
-			// A cancelled run's holder releases its lease at its next commit; until then
-			// the resume waits (the command comes back).
-			return fmt.Errorf("run %s: step %s still holds its lease; resuming after it stops", r.RunID, l.Step)
+			// A cancelled run's holder releases its lease at its next commit (or the sweep
+			// releases it when it expires); until then the resume waits in the record.
+			added, err := commandWaits(r, Waiting(events.VerbResume, ev, c, s.stamp()))
+			if err != nil || !added {
+				return cmp.Or(err, kc.ErrSkip)
+			}
+			waits = true
+			r.NextAction = fmt.Sprintf("resume of %s waits for step %s to release its lease", r.RunID, l.Step)
+			return nil
 		}
 		r.AddRequest(ev.ID)
 		r.Status = kc.Running
@@ -207,15 +222,34 @@ func (s *Supervisor) resume(ctx context.Context, ev events.Event) error {
 	if err != nil {
 		return err
 	}
+	if waits || dropped {
+		s.waited(ctx, ev, waits, rev)
+		return s.hit(ctx)
+	}
 	a := events.Audit{RunID: ev.Subject, Event: "run.resumed", Step: step}
 	if c.AfterFix {
 		a.Detail = fmt.Sprintf("after a fix: generation %d from step %s", rec.Generation, step)
 	}
 	s.record(ctx, events.AuditStepID(ev.Subject, "run", "resumed", rev), a)
+	if err := s.hit(ctx); err != nil {
+		return err
+	}
 	if step == "" {
 		return nil
 	}
 	return s.publish(ctx, ev.Subject, step, rec.Generation, rev)
+}
+
+// waited audits a command that now waits in the record (waits), or whose wait ended
+// because it no longer applies.
+func (s *Supervisor) waited(ctx context.Context, ev events.Event, waits bool, rev uint64) {
+	verb := strings.TrimPrefix(ev.Type, "io.cairn.run.")
+	verb = strings.TrimSuffix(verb, ".v1")
+	event, detail := "command.waiting", verb+" "+ev.ID+" waits for the run's lease"
+	if !waits {
+		event, detail = "command.dropped", verb+" "+ev.ID+" no longer applies"
+	}
+	s.record(ctx, events.AuditStepID(ev.Subject, "run", event, rev), events.Audit{RunID: ev.Subject, Event: event, Detail: detail})
 }
 
 // rerunFrom starts generation+1 of a run from the step that stopped, or from its first step
@@ -261,17 +295,28 @@ func (s *Supervisor) rerun(ctx context.Context, ev events.Event) error {
 	if _, ok := s.cfg.Pipeline.Step(c.From); !ok {
 		return reject("rerun of %s: no step %q in pipeline %s (%v)", ev.Subject, c.From, s.cfg.Pipeline.Name, s.cfg.Pipeline.Names())
 	}
+	var waits, dropped bool
 	rec, rev, err := s.cfg.Store.Mutate(ctx, ev.Subject, func(r *kc.Record) error {
+		waits, dropped = false, false
 		if r.HasRequest(ev.ID) {
 			return kc.ErrSkip
 		}
 		switch r.Status {
 		case kc.Done, kc.HandedOver, kc.Cancelled:
 		default:
+			if dropped = r.DropCommand(ev.ID); dropped {
+				return nil
+			}
 			return reject("rerun of %s: the run is %s; only a done, handed-over or cancelled run can be run again", r.RunID, r.Status)
 		}
-		if r.Lease != nil {
-			return fmt.Errorf("run %s: step %s still holds its lease; rerunning after it stops", r.RunID, r.Lease.Step)
+		if l := r.Lease; l != nil {
+			added, err := commandWaits(r, Waiting(events.VerbRerun, ev, c, s.stamp()))
+			if err != nil || !added {
+				return cmp.Or(err, kc.ErrSkip)
+			}
+			waits = true
+			r.NextAction = fmt.Sprintf("rerun of %s waits for step %s to release its lease", r.RunID, l.Step)
+			return nil
 		}
 		r.AddRequest(ev.ID)
 		resetFrom(r, c.From)
@@ -287,8 +332,15 @@ func (s *Supervisor) rerun(ctx context.Context, ev events.Event) error {
 	if err != nil {
 		return err
 	}
+	if waits || dropped {
+		s.waited(ctx, ev, waits, rev)
+		return s.hit(ctx)
+	}
 	s.record(ctx, events.AuditStepID(ev.Subject, "run", "rerun", rev), events.Audit{RunID: ev.Subject, Event: "run.rerun", Step: c.From,
 		Detail: fmt.Sprintf("rerun from %s as generation %d", c.From, rec.Generation)})
+	if err := s.hit(ctx); err != nil {
+		return err
+	}
 	return s.publish(ctx, ev.Subject, c.From, rec.Generation, rev)
 }
 
@@ -337,6 +389,9 @@ func (s *Supervisor) approve(ctx context.Context, ev events.Event) error {
 		event = "approved.again"
 	}
 	s.record(ctx, events.AuditStepID(ev.Subject, step, event, rev), events.Audit{RunID: ev.Subject, Step: step, Event: event, Detail: "by " + by + ", plan " + rec.Approval.PlanDigest})
+	if err := s.hit(ctx); err != nil {
+		return err
+	}
 	return s.publish(ctx, ev.Subject, step, rec.Generation, rev)
 }
 

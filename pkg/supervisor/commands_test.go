@@ -1,12 +1,14 @@
 package supervisor
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
@@ -186,8 +188,51 @@ func TestCancelOfADoneRunWritesNothing(t *testing.T) {
 	f.settled(t)
 }
 
-// A resume that finds the cancelled run's holder still working is not lost: it comes back.
+// A resume that finds the cancelled run's holder still working is not lost to a delivery
+// limit: it waits in the record (who asked, when) and its message is settled; once the holder
+// releases the lease the sweep sends it again, and it is carried out once.
 func TestResumeWaitsForTheLease(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+	f.create(t, "r1", nil)
+	h := f.take(t, "r1", "a", kc.Owner{Name: "a/host/1", Inbox: "cairn.owner.a.x"})
+	if _, _, err := f.store.Mutate(f.ctx, "r1", func(r *kc.Record) error { r.Status = kc.Cancelled; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	f.command(t, s, events.RunSubject("r1", "resume"), `{"request_id":"resume-1"}`)
+	rec, _ := f.load(t, "r1")
+	w := rec.Waiting("resume-1")
+	if rec.Status != kc.Cancelled || w == nil || w.Verb != "resume" || w.By != events.SourceNATSCLI || w.At == "" || rec.HasRequest("resume-1") {
+		t.Fatalf("resume while the lease stands: status %s, waiting %+v, requests %v; want cancelled, the resume waiting with who and when", rec.Status, rec.Commands, rec.Requests)
+	}
+	f.settled(t) // the record keeps it, not the delivery
+	if rej := f.rejections(t); len(rej) != 0 {
+		t.Fatalf("rejections %+v, want none", rej)
+	}
+	// The same request again (a retried publish) waits once.
+	f.command(t, s, events.RunSubject("r1", "resume"), `{"request_id":"resume-1"}`)
+	if rec, _ := f.load(t, "r1"); len(rec.Commands) != 1 {
+		t.Fatalf("waiting %+v, want the one resume", rec.Commands)
+	}
+	// The holder commits and releases (its writes keep what waits); the sweep drives it.
+	if err := h.Release(f.ctx, func(r *kc.Record) error { r.Step("a").Status = kc.Verified; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := f.load(t, "r1"); rec.Waiting("resume-1") == nil || rec.Status != kc.Cancelled {
+		t.Fatalf("after the holder's release: status %s, waiting %+v", rec.Status, rec.Commands)
+	}
+	f.observeAll(t, s)
+	s.SweepOnce(f.ctx, false)
+	rec, rev := f.load(t, "r1")
+	if rec.Status != kc.Running || len(rec.Commands) != 0 || !rec.HasRequest("resume-1") {
+		t.Fatalf("after the sweep: status %s, waiting %+v, requests %v; want running, nothing waiting, the resume applied", rec.Status, rec.Commands, rec.Requests)
+	}
+	stepEvent(t, f.published(t), "r1", "b", rev, 0)
+	f.settled(t)
+}
+
+// A command that waits for a lease never freed ends in a handover whose note names it.
+func TestWaitingCommandHandedOverAfterStall(t *testing.T) {
 	f := setup(t)
 	s := f.supervisor(t)
 	f.create(t, "r1", nil)
@@ -195,21 +240,21 @@ func TestResumeWaitsForTheLease(t *testing.T) {
 	if _, _, err := f.store.Mutate(f.ctx, "r1", func(r *kc.Record) error { r.Status = kc.Cancelled; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	_, rev := f.load(t, "r1")
-	f.command(t, s, events.RunSubject("r1", "resume"), `{"request_id":"resume-1"}`)
-	rec, got := f.load(t, "r1")
-	if got != rev || rec.Status != kc.Cancelled {
-		t.Fatalf("resume while the lease stands: revision %d (was %d), status %s", got, rev, rec.Status)
+	f.command(t, s, events.RunSubject("r1", "resume"), `{"request_id":"resume-9"}`)
+	f.observeAll(t, s)
+	f.clock.Advance(testStall + time.Second)
+	s.SweepOnce(f.ctx, false)
+	rec, _ := f.load(t, "r1")
+	if rec.Status != kc.HandedOver || len(rec.Commands) != 0 || rec.Lease != nil || rec.Handover == nil {
+		t.Fatalf("status %s, waiting %+v, lease %+v, handover %v; want handed over, nothing waiting, no lease", rec.Status, rec.Commands, rec.Lease, rec.Handover)
 	}
-	info, err := f.control.Info(f.ctx)
+	e, err := f.notes.Get(f.ctx, "r1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.NumAckPending+int(info.NumPending) != 1 {
-		t.Fatalf("the resume was settled (%+v); it must come back", info)
-	}
-	if rej := f.rejections(t); len(rej) != 0 {
-		t.Fatalf("rejections %+v, want none", rej)
+	var note struct{ Error string }
+	if err := json.Unmarshal(e.Value(), &note); err != nil || !strings.Contains(note.Error, "resume resume-9") {
+		t.Fatalf("handover note %s (%v): want it to name the waiting resume-9", e.Value(), err)
 	}
 }
 
@@ -388,4 +433,54 @@ func TestApprovalTimeoutHandsOver(t *testing.T) {
 	f.clock.Advance(time.Second)
 	s.SweepOnce(f.ctx, false)
 	f.handedOver(t, "r1", "c", "CAIRN_APPROVAL_TIMEOUT")
+}
+
+// A command whose every delivery failed until its durable's MaxDeliver is not lost: the
+// server's advisory has the supervisor keep it in the run's record as waiting, then remove
+// it from the stream.
+func TestCommandPastMaxDeliverIsKept(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+	f.create(t, "r1", func(r *kc.Record) { r.Status = kc.HandedOver })
+	adv := make(chan *nats.Msg, 4)
+	sub, err := f.nc.ChanSubscribe(CommandAdvisorySubject, adv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	seq := f.send(t, events.RunSubject("r1", "resume"), `{"request_id":"resume-7","after_fix":true}`)
+	info, err := f.control.Info(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < info.Config.MaxDeliver; i++ { // every delivery fails
+		if err := f.fetch(t).Nak(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A pull consumer redelivers (and announces the limit) only when asked for more.
+	if b, err := f.control.Fetch(1, jetstream.FetchMaxWait(2*time.Second)); err == nil {
+		for range b.Messages() {
+			t.Fatal("a delivery past MaxDeliver")
+		}
+	}
+	var m *nats.Msg
+	select {
+	case m = <-adv:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no max-deliveries advisory within 30s")
+	}
+	s.onCommandMaxDeliveries(f.ctx, m)
+	rec, _ := f.load(t, "r1")
+	w := rec.Waiting("resume-7")
+	if w == nil || w.Verb != "resume" || string(w.Args) != `{"after_fix":true}` {
+		t.Fatalf("waiting %+v, want the resume kept with its data", rec.Commands)
+	}
+	stream, err := f.js.Stream(f.ctx, assets.StreamRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.GetMsg(f.ctx, seq); err == nil {
+		t.Fatal("the command is still in the stream after it was kept in the record")
+	}
 }

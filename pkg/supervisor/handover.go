@@ -33,8 +33,12 @@ func (s *Supervisor) handOver(ctx context.Context, runID, step, reason string, c
 	if err != nil {
 		return err
 	}
-	if !handable(rec.Status) || (only != nil && !only(rec)) {
+	if !handable(rec) || (only != nil && !only(rec)) {
 		return nil
+	}
+	if len(rec.Commands) > 0 {
+		// Named first, so the note's cut error keeps them.
+		cause = fmt.Errorf("commands left for a person: %s; %w", named(rec.Commands), cause)
 	}
 	note := runner.HandoverNote{
 		ID: fmt.Sprintf("%s:handover:%s:%s", runID, cmpStep(step), reason), RunID: runID, Step: step,
@@ -54,11 +58,12 @@ func (s *Supervisor) handOver(ctx context.Context, runID, step, reason string, c
 		return fmt.Errorf("writing handover note %q: %w", note.ID, err)
 	}
 	_, rev, err := s.cfg.Store.MutateFrom(ctx, rec, rev0, runID, func(r *kc.Record) error {
-		if !handable(r.Status) || (only != nil && !only(r)) {
+		if !handable(r) || (only != nil && !only(r)) {
 			return kc.ErrSkip
 		}
 		r.Status = kc.HandedOver
 		r.Lease = nil
+		r.Commands = []kc.Command{} // the note names them (the cause says which): a person decides
 		if step != "" && r.Index(step) >= 0 {
 			st := r.Step(step)
 			st.Status = kc.Failed
@@ -84,9 +89,16 @@ func (s *Supervisor) handOver(ctx context.Context, runID, step, reason string, c
 	return nil
 }
 
-// handable: a run the supervisor may hand over.
-func handable(s kc.Status) bool {
-	return s == kc.Running || s == kc.Finishing || s == kc.WaitingApproval
+// handable: a run the supervisor may hand over: one that runs, or a stopped one whose
+// commands wait for a lease that is never freed.
+func handable(r *kc.Record) bool {
+	switch r.Status {
+	case kc.Running, kc.Finishing, kc.WaitingApproval:
+		return true
+	case kc.Undoing:
+		return false
+	}
+	return len(r.Commands) > 0
 }
 
 func cmpStep(step string) string {

@@ -16,6 +16,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/audit"
 	"github.com/cairnhq/cairn/pkg/consume"
 	"github.com/cairnhq/cairn/pkg/events"
+	"github.com/cairnhq/cairn/pkg/faults"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/metrics"
 	"github.com/cairnhq/cairn/pkg/pipeline"
@@ -47,6 +48,8 @@ type Config struct {
 	Now             func() time.Time
 	Logger          *slog.Logger
 	Metrics         *metrics.Metrics // default: metrics of its own, not served
+	// Faults are the supervisor's crash points (supervisor.after-record); nil injects none.
+	Faults *faults.Set
 	// Notify tells people of a handover, once per note id. May be nil.
 	Notify func(ctx context.Context, kind string, note runner.HandoverNote, generation int, token uint64)
 }
@@ -132,6 +135,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		return fmt.Errorf("subscribing to %s: %w", AdvisorySubject, err)
 	}
 	defer func() { _ = adv.Unsubscribe() }()
+	cadv, err := s.cfg.JS.Conn().QueueSubscribe(CommandAdvisorySubject, "cairn-supervisor", func(m *nats.Msg) { s.onCommandMaxDeliveries(ctx, m) })
+	if err != nil {
+		return fmt.Errorf("subscribing to %s: %w", CommandAdvisorySubject, err)
+	}
+	defer func() { _ = cadv.Unsubscribe() }()
 	cons, err := s.cfg.JS.Consumer(ctx, assets.StreamRuns, assets.ConsumerControl)
 	if err != nil {
 		return fmt.Errorf("looking up consumer %q: %w", assets.ConsumerControl, err)

@@ -58,8 +58,9 @@ func (s *Supervisor) SweepOnce(ctx context.Context, startup bool) {
 	s.mu.Lock()
 	var live []watched
 	for id, w := range s.runs {
-		switch w.rec.Status {
-		case kc.Running, kc.Finishing, kc.Undoing, kc.WaitingApproval:
+		switch {
+		case w.rec.Status == kc.Running, w.rec.Status == kc.Finishing, w.rec.Status == kc.Undoing, w.rec.Status == kc.WaitingApproval,
+			len(w.rec.Commands) > 0: // a command waits for the run's lease: the sweep drives it
 			live = append(live, w)
 		default:
 			delete(s.seen, id)
@@ -98,11 +99,20 @@ func (s *Supervisor) sweepRun(ctx context.Context, rec *kc.Record, rev uint64, s
 	runID := rec.RunID
 	switch rec.Status {
 	case kc.Finishing:
+		if rec.Lease == nil && len(rec.Commands) > 0 {
+			if err := s.drive(ctx, rec, rev); err != nil {
+				return err
+			}
+		}
 		_, err := Settle(ctx, s.cfg.JS, s.cfg.Store, s.cfg.Marks, runID, s.cfg.Now)
 		return err
 	case kc.Running, kc.Undoing:
 	default:
-		return nil
+		if len(rec.Commands) == 0 {
+			return nil
+		}
+		// A stopped run (cancelled, handed over, done) whose command waits: its lease, if a
+		// step still holds one, expires as a running run's does; then the command goes again.
 	}
 	now := s.cfg.Now()
 	obs := observation{current: rec.Current(), since: now}
@@ -129,6 +139,14 @@ func (s *Supervisor) sweepRun(ctx context.Context, rec *kc.Record, rev uint64, s
 			s.forget(runID)
 			return s.reassign(ctx, runID, *l, "expired", fmt.Sprintf("lease of %s expired (not renewed for %s)", l.Owner, s.cfg.Lease))
 		}
+		return nil
+	}
+	if len(rec.Commands) > 0 {
+		if err := s.drive(ctx, rec, rev); err != nil {
+			return err
+		}
+	}
+	if rec.Status != kc.Running && rec.Status != kc.Undoing {
 		return nil
 	}
 	if rec.Status == kc.Undoing {
