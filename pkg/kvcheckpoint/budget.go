@@ -15,8 +15,10 @@ import (
 //     names the artifact store gives), with long timestamps, versions, tokens and counts;
 //   - the current step failed with a last_error of MaxLastError bytes, and the run handed
 //     over (the note's id, the handover's next action);
-//   - a lease, a snapshot pointer, an approval and an undo in progress, and sixteen command
-//     ids, where the record has none yet;
+//   - a lease, a snapshot pointer, an approval and an undo in progress, where the record has
+//     none yet, and sixteen command ids as long as RequestKey's digest of a long one;
+//   - the commands waiting now (a further one is refused by [Record.Wait] when it would leave
+//     the current step no room, so a waiting command never crowds out a failure);
 //   - a margin (slack) for what a projection cannot know, such as a parking step's
 //     parked_artifact.
 //
@@ -47,7 +49,7 @@ const (
 	ownerLen      = 96
 	inboxLen      = 64
 	writeIDLen    = 2 + 22
-	requestLen    = 28
+	requestLen    = len("sha256:") + 32    // a long request id as RequestKey keeps it
 	handoverTail  = len(":handover:") + 24 // <run>:handover:<step>:<token or reason>
 	planByLen     = 40
 	scopeLen      = 96

@@ -363,7 +363,26 @@ func (r *Record) Wait(c Command) (bool, error) {
 	}
 	c.By = strings.ToValidUTF8(cutBytes(c.By, 64), "")
 	r.Commands = append(r.Commands, c)
+	if StepRoom(r, r.current()) < 0 {
+		// The record keeps room for its current step to commit, fail and be handed over
+		// (budget.go); a waiting command may not take it.
+		r.Commands = r.Commands[:len(r.Commands)-1]
+		return false, fmt.Errorf("%w: the record has no room for another one", ErrTooManyCommands)
+	}
 	return true, nil
+}
+
+// current is the first step not verified, or the last step of a finished run.
+func (r *Record) current() string {
+	for _, s := range r.Pipeline {
+		if r.Step(s).Status != Verified {
+			return s
+		}
+	}
+	if len(r.Pipeline) == 0 {
+		return ""
+	}
+	return r.Pipeline[len(r.Pipeline)-1]
 }
 
 // Waiting returns the waiting command of request id, or nil.
