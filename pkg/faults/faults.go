@@ -2,7 +2,9 @@
 //
 // CAIRN_FAULTS is a comma-separated list of <step>.<point>[.<n>]=<action>[@once]: points are
 // before-commit, after-commit, before-write, after-write, lost-reply and before-next-publish;
-// n is the 1-based write index in key order; actions are exit (the process exits at once with
+// n is the 1-based write index in key order. The outbox sender has points of its own under
+// the name outbox-sender: before-deliver and after-deliver (handed over, not yet marked
+// sent), n its 1-based delivery; actions are exit (the process exits at once with
 // code 3), error:temporary|permanent|unknown, and stall[:duration]. @once leaves a marker file
 // so that the fault does not fire again after the restart it causes.
 package faults
@@ -29,9 +31,11 @@ const (
 	AfterWrite        = "after-write"
 	LostReply         = "lost-reply"
 	BeforeNextPublish = "before-next-publish"
+	BeforeDeliver     = "before-deliver" // the outbox sender, before it hands a message over
+	AfterDeliver      = "after-deliver"  // the outbox sender, handed over, not yet marked sent
 )
 
-var points = []string{BeforeCommit, AfterCommit, BeforeWrite, AfterWrite, LostReply, BeforeNextPublish}
+var points = []string{BeforeCommit, AfterCommit, BeforeWrite, AfterWrite, LostReply, BeforeNextPublish, BeforeDeliver, AfterDeliver}
 
 // Error classes an error action returns.
 var (

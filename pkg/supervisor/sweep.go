@@ -80,6 +80,13 @@ func (s *Supervisor) SweepOnce(ctx context.Context, startup bool) {
 			}
 			continue
 		}
+		if w.rec.Status == kc.Finishing {
+			// A finishing run waits on its mail alone: CAIRN_OUTBOX_STALL, not the stall timeout.
+			if err := s.sweepFinishing(ctx, w); err != nil {
+				s.log.Warn("sweeping a finishing run", slog.String("run_id", w.rec.RunID), slog.Any("error", err))
+			}
+			continue
+		}
 		if now := s.cfg.Now(); w.rec.Status != kc.Undoing && now.Sub(w.since) >= s.cfg.StallTimeout {
 			cause := fmt.Errorf("no progress for %s (CAIRN_STALL_TIMEOUT %s): status %s, waiting on %s", now.Sub(w.since).Round(time.Second), s.cfg.StallTimeout, w.rec.Status, cmpStep(w.rec.Current()))
 			unchanged := func(r *kc.Record) bool { return progress(r) == w.progress }
