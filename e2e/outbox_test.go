@@ -180,6 +180,36 @@ func TestRelayOutageLongerThanTheDeliveryLimitThenBack(t *testing.T) {
 	n.wantOnce(r)
 }
 
+// Past CAIRN_OUTBOX_STALL with the relay still down, the run is handed over naming every
+// undelivered message; once the relay is back, cairn resume makes it done with each message
+// sent once.
+func TestOutboxStallHandsOverThenResumeSendsEachOnce(t *testing.T) {
+	r := startRelay(t)
+	r.down.Store(true)
+	n := newNight(t, 0)
+	n.start("CAIRN_SMTP_ADDR="+r.addr, "CAIRN_OUTBOX_BACKOFF=200ms", "CAIRN_OUTBOX_STALL=3s")
+	n.startRun()
+	if rec := n.waitStatus(runLimit, kc.HandedOver, kc.Done); rec.Status != kc.HandedOver {
+		t.Fatalf("status %s, want handed_over", rec.Status)
+	}
+	note := n.waitNote(runLimit)
+	want := []string{"report"}
+	for _, d := range n.truth.DebitNotes {
+		want = append(want, "debit:"+d.SupplierID)
+	}
+	for _, k := range want {
+		if !strings.Contains(note.Error, k) {
+			t.Errorf("handover note %q does not name %s", note.Error, k)
+		}
+	}
+	r.down.Store(false)
+	if out, code := n.cli("resume", runID, "--wait"); code != 0 {
+		t.Fatalf("cairn resume (exit %d):\n%s", code, out)
+	}
+	n.waitStatus(runLimit, kc.Done)
+	n.wantOnce(r)
+}
+
 // A message the relay refuses for good (550) hands its run over at once, naming the message
 // and the error, while every other message goes; after the fix, cairn resume sends it once
 // and the run is done.

@@ -35,7 +35,7 @@ func TestSweepHandsOverAFinishingRunWhoseMailIsStalled(t *testing.T) {
 	f.clock.Advance(2 * time.Second)
 	s.SweepOnce(f.ctx, false)
 	f.handedOver(t, "r1", "", "CAIRN_OUTBOX_STALL")
-	if !strings.Contains(noteError(t, f, "r1"), report) || strings.Contains(noteError(t, f, "r1"), debit) {
+	if n := noteError(t, f, "r1"); !strings.Contains(n, "undelivered") || !strings.Contains(n, strings.TrimPrefix(report, "r1:")) || strings.Contains(n, strings.TrimPrefix(debit, "r1:")) {
 		t.Fatalf("note %q: want it to name %s and not %s", noteError(t, f, "r1"), report, debit)
 	}
 	if got := counter(t, s.cfg.Metrics.Handovers.WithLabelValues("run", reasonOutboxStall)); got != 1 {

@@ -184,10 +184,11 @@ func (s *Supervisor) sweepFinishing(ctx context.Context, w watched) error {
 	if waited := s.cfg.Now().Sub(w.since); waited >= s.cfg.OutboxStall {
 		keys := make([]string, 0, len(pending))
 		for _, p := range pending {
-			keys = append(keys, p.Message.Key)
+			// The run's own prefix is left out, so the note names every key within its limit.
+			keys = append(keys, strings.TrimPrefix(p.Message.Key, runID+":"))
 		}
-		cause := fmt.Errorf("%d outbox messages undelivered for %s (CAIRN_OUTBOX_STALL %s): %s; they are still retried, cairn resume %s once they can go",
-			len(pending), waited.Round(time.Second), s.cfg.OutboxStall, strings.Join(keys, ", "), runID)
+		cause := fmt.Errorf("%d outbox messages of %s undelivered for %s (CAIRN_OUTBOX_STALL %s), still retried; cairn resume %s once they can go: %s",
+			len(pending), runID, waited.Round(time.Second), s.cfg.OutboxStall, runID, strings.Join(keys, ", "))
 		return s.handOver(ctx, runID, "", reasonOutboxStall, cause, unchanged)
 	}
 	return nil
