@@ -187,7 +187,7 @@ func TestOutboxStallHandsOverThenResumeSendsEachOnce(t *testing.T) {
 	r := startRelay(t)
 	r.down.Store(true)
 	n := newNight(t, 0)
-	n.start("CAIRN_SMTP_ADDR="+r.addr, "CAIRN_OUTBOX_BACKOFF=200ms", "CAIRN_OUTBOX_STALL=3s")
+	n.start("CAIRN_SMTP_ADDR="+r.addr, "CAIRN_OUTBOX_BACKOFF=200ms", "CAIRN_OUTBOX_STALL=5s")
 	n.startRun()
 	if rec := n.waitStatus(runLimit, kc.HandedOver, kc.Done); rec.Status != kc.HandedOver {
 		t.Fatalf("status %s, want handed_over", rec.Status)
