@@ -103,13 +103,8 @@ func (s *Supervisor) SweepOnce(ctx context.Context, startup bool) {
 
 func (s *Supervisor) sweepRun(ctx context.Context, rec *kc.Record, rev uint64, startup bool) error {
 	runID := rec.RunID
-	switch rec.Status {
-	case kc.Finishing:
-		_, err := Settle(ctx, s.cfg.JS, s.cfg.Store, s.cfg.Marks, runID, s.cfg.Now)
-		return err
-	case kc.Running, kc.Undoing:
-	default:
-		return nil
+	if rec.Status != kc.Running && rec.Status != kc.Undoing {
+		return nil // a finishing run is swept by sweepFinishing
 	}
 	now := s.cfg.Now()
 	obs := observation{current: rec.Current(), since: now}
