@@ -221,3 +221,45 @@ func TestFaultAfterDeliverIsHealedByTheNextTurn(t *testing.T) {
 		t.Fatalf("mail files %v, want one", got)
 	}
 }
+
+// RecordAdmission drops what the run's record says may no longer go, and admits the rest.
+func TestRecordAdmission(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := testContext(t)
+	if _, err := f.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: assets.BucketRuns, History: 16, Metadata: map[string]string{assets.EpochKey: "e7f3c1d2"}}); err != nil {
+		t.Fatal(err)
+	}
+	store, err := kc.Open(ctx, f.js, assets.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := kc.New("run-a", kc.Params{Warehouse: "ldh", Date: "2026-10-13"}, []string{"debit-notes"}, "2026-10-13T22:00:00Z")
+	rec.Generation = 1
+	committed := uint64(1876)
+	rec.Step("debit-notes").Token = &committed
+	if _, err := store.Create(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	admit := outbox.RecordAdmission(store)
+	m := message("run-a", "debit", "run-a:debit:SUP-07:g1")
+	m.Generation = 1
+	tests := []struct {
+		name   string
+		change func(m *outbox.Message)
+		want   bool
+	}{
+		{"the committed attempt's", func(*outbox.Message) {}, true},
+		{"an older generation's", func(m *outbox.Message) { m.Generation = 0 }, false},
+		{"an attempt that lost its lease", func(m *outbox.Message) { m.Token = committed - 1 }, false},
+		{"a run with no record", func(m *outbox.Message) { m.RunID = "run-gone" }, false},
+	}
+	for _, tt := range tests {
+		mm := m
+		tt.change(&mm)
+		ok, reason, err := admit(ctx, mm)
+		if err != nil || ok != tt.want || (!ok && reason == "") {
+			t.Errorf("%s: admit = %v, %q, %v; want %v", tt.name, ok, reason, err, tt.want)
+		}
+	}
+}
