@@ -28,6 +28,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/faults"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/runner"
 	"github.com/cairnhq/cairn/pkg/supervisor"
 )
@@ -306,6 +307,8 @@ func TestCrashMatrix(t *testing.T) {
 	list = append(list, writeFaults(job.PostLedger, writes, 1, 24, entries)...)
 	list = append(list, writeFaults(job.UpdateStock, writes, 1, 24, entries)...)
 	list = append(list, writeFaults(job.DebitNotes, writes, 1, (notes+1)/2, notes)...)
+	// The outbox sender dies before a delivery, and after one before its sent mark.
+	list = append(list, writeFaults(outbox.FaultStep, []string{faults.BeforeDeliver, faults.AfterDeliver}, 1, notes+1)...)
 	runMatrix(t, want, list)
 }
 

@@ -31,8 +31,12 @@ func cmdInit(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	if err := assets.Ensure(ctx, js, c.Assets()); err != nil {
+	changed, err := assets.EnsureReport(ctx, js, c.Assets())
+	if err != nil {
 		return err
+	}
+	for _, ch := range changed {
+		fmt.Println("updated " + ch)
 	}
 	fmt.Println("every asset exists and matches its definition")
 	return nil

@@ -18,7 +18,9 @@ import (
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/saga"
+	"github.com/cairnhq/cairn/pkg/supervisor"
 )
 
 func cmdGen(ctx context.Context, args []string) error {
@@ -293,10 +295,39 @@ func cmdStatus(ctx context.Context, args []string) error {
 		return exitCode{code: 3, err: fmt.Errorf("checkpoint of %s not trusted", run)}
 	}
 	printRecord(r, e.Revision())
+	if r.Status == kc.Finishing || (r.Status == kc.HandedOver && r.Current() == "") {
+		printUndelivered(ctx, js, r)
+	}
 	if r.Handover != nil {
 		printNote(ctx, js, r.RunID)
 	}
 	return nil
+}
+
+// printUndelivered shows the mail a finishing run waits on: each message not yet marked sent
+// or cancelled, and what its mark says.
+func printUndelivered(ctx context.Context, js jetstream.JetStream, r *kc.Record) {
+	marks, err := js.KeyValue(ctx, assets.BucketOutbox)
+	if err != nil {
+		fmt.Printf("outbox     unknown: %v\n", err)
+		return
+	}
+	pending, queued, err := supervisor.Undelivered(ctx, js, marks, r)
+	if err != nil {
+		fmt.Printf("outbox     unknown: %v\n", err)
+		return
+	}
+	fmt.Printf("outbox     %d undelivered of %d queued\n", len(pending), queued)
+	for _, p := range pending {
+		what := "queued, not yet taken"
+		switch p.Mark {
+		case outbox.Sending:
+			what = "being delivered, or retried until the relay takes it"
+		case outbox.Refused:
+			what = "refused for good: fix the cause, then cairn resume " + r.RunID
+		}
+		fmt.Printf("  %-40s %s\n", p.Message.Key, what)
+	}
 }
 
 func printRecord(r *kc.Record, rev uint64) {

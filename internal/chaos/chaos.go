@@ -30,6 +30,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/faults"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/supervisor"
 
 	_ "modernc.org/sqlite"
@@ -401,8 +402,10 @@ func shorten(s string) string {
 // Points are the crash points: every step boundary (before and after its commit, and before
 // its next event's publish), the first, 24th and last entry of post-ledger and update-stock
 // and the first, middle and last note of debit-notes, before and after the write; the
-// supervisor's, after it recorded the start; and the compensator's, in an undo of the whole
-// night: the first, middle and last reversal, and before and after the undo's commit.
+// supervisor's, after it recorded the start; the outbox sender's first, middle and last
+// delivery (the notes and the report), before it and after it (handed over, not yet marked
+// sent); and the compensator's, in an undo of the whole night: the first, middle and last
+// reversal, and before and after the undo's commit.
 func Points(t recon.Truth, steps []string) []string {
 	out := []string{supervisor.FaultPoint + "." + faults.AfterRecord + "=exit@once"}
 	for _, s := range steps {
@@ -420,6 +423,12 @@ func Points(t recon.Truth, steps []string) []string {
 			for _, n := range w.ns {
 				out = append(out, fmt.Sprintf("%s.%s.%d=exit@once", w.step, point, n))
 			}
+		}
+	}
+	mails := notes + 1 // and the report
+	for _, point := range []string{faults.BeforeDeliver, faults.AfterDeliver} {
+		for _, n := range []int{1, (mails + 1) / 2, mails} {
+			out = append(out, fmt.Sprintf("%s.%s.%d=exit@once", outbox.FaultStep, point, n))
 		}
 	}
 	effects := 2*entries + notes + 1 // every entry and adjustment, every note, the report

@@ -37,6 +37,8 @@ type Config struct {
 	ParkLimit       float64       `envconfig:"PARK_LIMIT" default:"0.1"`
 	StallTimeout    time.Duration `envconfig:"STALL_TIMEOUT" default:"10m"`
 	ReassignLimit   int           `envconfig:"REASSIGN_LIMIT" default:"5"`
+	OutboxStall     time.Duration `envconfig:"OUTBOX_STALL" default:"15m"`
+	OutboxBackoff   time.Duration `envconfig:"OUTBOX_BACKOFF" default:"5s"`
 	StopGrace       time.Duration `envconfig:"STOP_GRACE" default:"10s"`
 	StepConcurrency int           `envconfig:"STEP_CONCURRENCY" default:"1"`
 	TakeoverGap     time.Duration `envconfig:"TAKEOVER_GAP" default:"500ms"`
@@ -116,6 +118,12 @@ func (c Config) Validate() error {
 	}
 	if c.StallTimeout <= c.Lease {
 		bad("CAIRN_STALL_TIMEOUT (%s) must be longer than CAIRN_LEASE (%s)", c.StallTimeout, c.Lease)
+	}
+	if c.OutboxStall <= 0 {
+		bad("CAIRN_OUTBOX_STALL must be positive, not %s", c.OutboxStall)
+	}
+	if c.OutboxBackoff < 100*time.Millisecond || c.OutboxBackoff > c.AckWait {
+		bad("CAIRN_OUTBOX_BACKOFF (%s) must be between 100ms and CAIRN_ACK_WAIT (%s)", c.OutboxBackoff, c.AckWait)
 	}
 	if c.ReassignLimit < 1 {
 		bad("CAIRN_REASSIGN_LIMIT must be at least 1, not %d", c.ReassignLimit)

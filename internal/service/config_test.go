@@ -14,6 +14,8 @@ func TestLoadNamesTheWrongVariable(t *testing.T) {
 		"lease under three heartbeats": {map[string]string{"CAIRN_HEARTBEAT": "5s", "CAIRN_LEASE": "10s"}, "CAIRN_LEASE"},
 		"ack wait under the lease":     {map[string]string{"CAIRN_LEASE": "15s", "CAIRN_ACK_WAIT": "10s"}, "CAIRN_ACK_WAIT"},
 		"stall under the lease":        {map[string]string{"CAIRN_STALL_TIMEOUT": "10s"}, "CAIRN_STALL_TIMEOUT"},
+		"no outbox stall":              {map[string]string{"CAIRN_OUTBOX_STALL": "0s"}, "CAIRN_OUTBOX_STALL"},
+		"outbox backoff past ack wait": {map[string]string{"CAIRN_OUTBOX_BACKOFF": "1m"}, "CAIRN_OUTBOX_BACKOFF"},
 		"no reassignments":             {map[string]string{"CAIRN_REASSIGN_LIMIT": "0"}, "CAIRN_REASSIGN_LIMIT"},
 		"no grace":                     {map[string]string{"CAIRN_STOP_GRACE": "0s"}, "CAIRN_STOP_GRACE"},
 		"not a duration":               {map[string]string{"CAIRN_HEARTBEAT": "often"}, "HEARTBEAT"},

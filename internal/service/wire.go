@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -246,7 +247,8 @@ func (d *Deps) RunSupervisor(ctx context.Context) error {
 	s, err := supervisor.New(supervisor.Config{
 		JS: d.JS, Store: d.Store, Marks: d.Marks, Handovers: d.Handovers, NaturalKeys: d.Natural, Pipeline: night.Pipeline, Lease: d.Config.Lease,
 		TakeoverGap: d.Config.TakeoverGap, Heartbeat: d.Config.Heartbeat, StallTimeout: d.Config.StallTimeout, ApprovalTimeout: d.Config.ApprovalTimeout, ReassignLimit: d.Config.ReassignLimit,
-		Now: d.Now, Logger: d.Logger.With(slog.String("service", "supervisor")), Metrics: d.Metrics, Notify: d.notify, Faults: d.Faults,
+		OutboxStall: d.Config.OutboxStall,
+		Now:         d.Now, Logger: d.Logger.With(slog.String("service", "supervisor")), Metrics: d.Metrics, Notify: d.notify, Faults: d.Faults,
 	})
 	if err != nil {
 		return err
@@ -256,27 +258,37 @@ func (d *Deps) RunSupervisor(ctx context.Context) error {
 
 // RunOutboxSender runs the outbox sender until ctx ends.
 func (d *Deps) RunOutboxSender(ctx context.Context) error {
+	// One message's turn ends well inside the durable's ack wait, so a delivery that hangs is
+	// given up and retried by this sender, never handed to a second one while it still runs;
+	// the call itself gets half of the turn, the marks the rest.
+	turn := d.Config.AckWait * 2 / 3
 	var t outbox.Transport = outbox.FileTransport{Dir: d.Config.MailDir}
 	if d.Config.SMTPAddr != "" {
-		t = outbox.SMTPTransport{Addr: d.Config.SMTPAddr}
+		t = outbox.SMTPTransport{Addr: d.Config.SMTPAddr, Timeout: turn / 2}
 	} else if err := os.MkdirAll(d.Config.MailDir, 0o755); err != nil {
 		return fmt.Errorf("CAIRN_MAIL_DIR %s: %w", d.Config.MailDir, err)
 	}
 	if d.Config.NotifyWebhook != "" {
-		t = outbox.Routed{Mail: t, Webhook: outbox.WebhookTransport{Secret: []byte(d.Config.NotifySecret)}}
+		t = outbox.Routed{Mail: t, Webhook: outbox.WebhookTransport{Secret: []byte(d.Config.NotifySecret), Client: &http.Client{Timeout: turn / 2}}}
 	}
 	log := d.Logger.With(slog.String("service", "outbox-sender"))
 	rej := audit.New(d.JS, "outbox-sender", d.Now)
 	d.Metrics.Func("cairn_outbox_backlog", "Outbox messages not yet sent (pending and unacknowledged on the outbox-sender consumer).", d.outboxBacklog(ctx))
 	s, err := outbox.NewSender(outbox.SenderConfig{
-		JS: d.JS, Transport: countingTransport{t, d.Metrics}, Logger: log,
-		Admit:  d.admit,
+		JS: d.JS, Transport: countingTransport{t, d.Metrics}, Logger: log, Timeout: turn, MaxBackoff: d.Config.OutboxBackoff,
+		Admit: outbox.RecordAdmission(d.Store), Faults: d.Faults,
 		Marked: func(ctx context.Context, runID string) { d.settle(ctx, runID) },
 		Dropped: func(ctx context.Context, m outbox.Message, reason string) {
 			d.Metrics.Outbox.WithLabelValues("dropped").Inc()
 			log.Warn("outbox message dropped", slog.String("run_id", m.RunID), slog.String("key", m.Key), slog.String("reason", reason))
 			_ = rej.Record(ctx, events.AuditItemID(m.RunID, m.Step, "outbox.dropped", m.Token, m.Key, 0),
 				events.Audit{RunID: m.RunID, Step: m.Step, Event: "outbox.dropped", Token: m.Token, Item: m.Key, Detail: reason})
+		},
+		// The supervisor hands the run over naming the message and this error.
+		Refused: func(ctx context.Context, m outbox.Message, err error) {
+			d.Metrics.Outbox.WithLabelValues("refused").Inc()
+			_ = rej.Record(ctx, events.AuditItemID(m.RunID, m.Step, supervisor.EventOutboxRefused, m.Token, m.Key, int(m.Requeue)),
+				events.Audit{RunID: m.RunID, Step: m.Step, Event: supervisor.EventOutboxRefused, Token: m.Token, Item: m.Key, Detail: clip(err.Error(), 400)})
 		},
 		Rejected: func(ctx context.Context, m jetstream.Msg, reason error) {
 			d.Metrics.Outbox.WithLabelValues("rejected").Inc()
@@ -295,25 +307,6 @@ func (d *Deps) RunOutboxSender(ctx context.Context) error {
 	return s.Run(ctx)
 }
 
-// admit drops a message of an older generation than its run's, or queued under a token
-// below the one its step committed with.
-func (d *Deps) admit(ctx context.Context, m outbox.Message) (bool, string, error) {
-	rec, _, err := d.Store.Load(ctx, m.RunID)
-	if errors.Is(err, kc.ErrNotFound) {
-		return false, "no run " + m.RunID, nil
-	}
-	if err != nil {
-		return false, "", err
-	}
-	if m.Generation < rec.Generation {
-		return false, fmt.Sprintf("generation %d is older than the run's %d", m.Generation, rec.Generation), nil
-	}
-	if s, ok := rec.Steps[m.Step]; ok && s.Token != nil && m.Token < *s.Token {
-		return false, fmt.Sprintf("token %d is below the %d its step committed with", m.Token, *s.Token), nil
-	}
-	return true, "", nil
-}
-
 // outboxBacklog reads the outbox-sender consumer's backlog at scrape time; -1 when it cannot.
 func (d *Deps) outboxBacklog(ctx context.Context) func() float64 {
 	return func() float64 {
@@ -329,6 +322,13 @@ func (d *Deps) outboxBacklog(ctx context.Context) func() float64 {
 		}
 		return float64(info.NumPending) + float64(info.NumAckPending)
 	}
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
 }
 
 // countingTransport counts the messages handed to the outside system.

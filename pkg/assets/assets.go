@@ -115,11 +115,16 @@ func (c Config) Consumers() []Consumer {
 		}
 		return Consumer{Stream: stream, Config: cc}
 	}
+	// The outbox sender never gives a message up: it retries a temporary failure for as long
+	// as it lasts (a relay down for an hour) and settles a permanent one itself, so its
+	// durable has no delivery limit (-1) for the server to drop a message at.
+	outboxSender := durable(StreamOutbox, ConsumerOutbox, "cairn.outbox.>")
+	outboxSender.Config.MaxDeliver = -1
 	out := []Consumer{
 		durable(StreamRuns, ConsumerControl, "cairn.runs.start", "cairn.runs.*.resume", "cairn.runs.*.approve",
 			"cairn.runs.*.reject", "cairn.runs.*.cancel", "cairn.runs.*.rerun"),
 		durable(StreamRuns, ConsumerCompensator, "cairn.runs.*.undo"),
-		durable(StreamOutbox, ConsumerOutbox, "cairn.outbox.>"),
+		outboxSender,
 	}
 	for _, s := range c.Steps {
 		out = append(out, durable(StreamSteps, s, "cairn.step."+s+".*"))
@@ -148,17 +153,27 @@ func (c Config) ObjectStore() jetstream.ObjectStoreConfig {
 	return jetstream.ObjectStoreConfig{Bucket: ObjectArtifacts, Storage: jetstream.FileStorage, Replicas: c.Replicas}
 }
 
-// Ensure creates every missing asset and checks every existing one.
+// Ensure creates every missing asset and checks every existing one. The one change it
+// makes to an existing asset is to lift a delivery limit the definition no longer has
+// (the outbox sender's, made by an earlier release); EnsureReport names each such change.
 func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
-	return apply(ctx, js, c, true)
+	_, err := EnsureReport(ctx, js, c)
+	return err
+}
+
+// EnsureReport is Ensure, and returns one sentence per consumer it updated.
+func EnsureReport(ctx context.Context, js jetstream.JetStream, c Config) ([]string, error) {
+	var changed []string
+	err := apply(ctx, js, c, true, &changed)
+	return changed, err
 }
 
 // Check looks every asset up and compares it with its definition; it creates nothing.
 func Check(ctx context.Context, js jetstream.JetStream, c Config) error {
-	return apply(ctx, js, c, false)
+	return apply(ctx, js, c, false, nil)
 }
 
-func apply(ctx context.Context, js jetstream.JetStream, c Config, create bool) error {
+func apply(ctx context.Context, js jetstream.JetStream, c Config, create bool, changed *[]string) error {
 	c = c.withDefaults()
 	if err := c.validate(); err != nil {
 		return fmt.Errorf("asset configuration: %w", err)
@@ -178,7 +193,7 @@ func apply(ctx context.Context, js jetstream.JetStream, c Config, create bool) e
 		return err
 	}
 	for _, want := range c.Consumers() {
-		errs = append(errs, ensureConsumer(ctx, js, want, create))
+		errs = append(errs, ensureConsumer(ctx, js, want, create, changed))
 	}
 	return errors.Join(errs...)
 }
@@ -290,7 +305,7 @@ func ensureObjectStore(ctx context.Context, js jetstream.JetStream, want jetstre
 	return errors.Join(diffs...)
 }
 
-func ensureConsumer(ctx context.Context, js jetstream.JetStream, want Consumer, create bool) error {
+func ensureConsumer(ctx context.Context, js jetstream.JetStream, want Consumer, create bool, changed *[]string) error {
 	name := want.Config.Durable
 	c, err := js.Consumer(ctx, want.Stream, name)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -316,19 +331,34 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, want Consumer, 
 	if got.AckPolicy != want.Config.AckPolicy {
 		diff("ack policy", got.AckPolicy, want.Config.AckPolicy)
 	}
-	if got.AckWait != want.Config.AckWait {
-		diff("ack wait", got.AckWait, want.Config.AckWait)
-	}
-	if got.MaxDeliver != want.Config.MaxDeliver {
-		diff("max deliver", got.MaxDeliver, want.Config.MaxDeliver)
-	}
 	if len(got.BackOff) > 0 {
 		diff("backoff", got.BackOff, "none")
 	}
 	if got.Replicas != want.Config.Replicas {
 		diffs = append(diffs, replicasDiff("consumer "+name+" on "+want.Stream, got.Replicas, want.Config.Replicas))
 	}
-	return errors.Join(diffs...)
+	if got.AckWait != want.Config.AckWait {
+		diff("ack wait", got.AckWait, want.Config.AckWait)
+	}
+	if got.MaxDeliver == want.Config.MaxDeliver {
+		return errors.Join(diffs...)
+	}
+	limit := fmt.Errorf("consumer %s on %s: max deliver is %d, want %d: %w", name, want.Stream, got.MaxDeliver, want.Config.MaxDeliver, ErrMismatch)
+	// A delivery limit this release removed (the outbox sender's) is lifted in place by
+	// Ensure: the server keeps the consumer's position and pending acks, and no message can
+	// be lost by it. Any other limit is the operator's setting (CAIRN_MAX_DELIVER): reported.
+	if len(diffs) > 0 || !create || want.Config.MaxDeliver != -1 {
+		return errors.Join(append(diffs, limit)...)
+	}
+	upd := got
+	upd.MaxDeliver = want.Config.MaxDeliver
+	if _, err := js.UpdateConsumer(ctx, want.Stream, upd); err != nil {
+		return fmt.Errorf("updating consumer %s on %s: %w", name, want.Stream, errors.Join(limit, err))
+	}
+	if changed != nil {
+		*changed = append(*changed, fmt.Sprintf("consumer %s on %s: max deliver %d (no limit), was %d", name, want.Stream, upd.MaxDeliver, got.MaxDeliver))
+	}
+	return nil
 }
 
 // replicasDiff reports an asset's replicas that differ from CAIRN_REPLICAS. The server could

@@ -178,8 +178,12 @@ func TestEnsureCreatesConsumers(t *testing.T) {
 		if got.AckWait != 30*time.Second {
 			t.Errorf("consumer %s on %s: ack wait %v, want 30s", w.name, w.stream, got.AckWait)
 		}
-		if got.MaxDeliver != 20 {
-			t.Errorf("consumer %s on %s: max deliver %d, want 20", w.name, w.stream, got.MaxDeliver)
+		wantMax := 20
+		if w.name == "outbox-sender" {
+			wantMax = -1 // never gives a message up
+		}
+		if got.MaxDeliver != wantMax {
+			t.Errorf("consumer %s on %s: max deliver %d, want %d", w.name, w.stream, got.MaxDeliver, wantMax)
 		}
 		if len(got.BackOff) != 0 {
 			t.Errorf("consumer %s on %s: backoff %v, want none", w.name, w.stream, got.BackOff)
@@ -407,5 +411,34 @@ func TestForeignObjectStore(t *testing.T) {
 	err := assets.Ensure(t.Context(), js, config())
 	if !errors.Is(err, assets.ErrMismatch) || !strings.Contains(err.Error(), "object store cairn-artifacts: storage") {
 		t.Fatalf("Ensure = %v, want ErrMismatch naming the object store's storage", err)
+	}
+}
+
+// A deployment made by an earlier release has an outbox-sender durable that drops a message
+// after 20 deliveries: Check refuses it, Ensure (cairn init) updates it in place and says so.
+func TestEnsureUpdatesTheOutboxSenderDeliveryLimit(t *testing.T) {
+	t.Parallel()
+	js := natstest.JetStream(t)
+	ensure(t, js, config())
+	old := consumerConfig(t, js, "CAIRN_OUTBOX", "outbox-sender")
+	old.MaxDeliver = 20
+	if _, err := js.UpdateConsumer(t.Context(), "CAIRN_OUTBOX", old); err != nil {
+		t.Fatalf("setting the old limit: %v", err)
+	}
+	if err := assets.Check(t.Context(), js, config()); !errors.Is(err, assets.ErrMismatch) || !strings.Contains(err.Error(), "max deliver is 20, want -1") {
+		t.Fatalf("Check = %v, want a mismatch naming max deliver", err)
+	}
+	changed, err := assets.EnsureReport(t.Context(), js, config())
+	if err != nil {
+		t.Fatalf("EnsureReport: %v", err)
+	}
+	if len(changed) != 1 || !strings.Contains(changed[0], "consumer outbox-sender on CAIRN_OUTBOX") {
+		t.Fatalf("changes %q, want the outbox-sender update", changed)
+	}
+	if got := consumerConfig(t, js, "CAIRN_OUTBOX", "outbox-sender").MaxDeliver; got != -1 {
+		t.Fatalf("max deliver after Ensure = %d, want -1", got)
+	}
+	if err := assets.Check(t.Context(), js, config()); err != nil {
+		t.Fatalf("Check after Ensure: %v", err)
 	}
 }

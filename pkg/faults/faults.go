@@ -3,7 +3,9 @@
 // CAIRN_FAULTS is a comma-separated list of <step>.<point>[.<n>]=<action>[@once]: points are
 // before-commit, after-commit, before-write, after-write, lost-reply, before-next-publish and
 // after-record (the supervisor's and the compensator's: a command written into the record);
-// n is the 1-based write index in key order; actions are exit (the process exits at once with
+// n is the 1-based write index in key order. The outbox sender has points of its own under
+// the name outbox-sender: before-deliver and after-deliver (handed over, not yet marked
+// sent), n its 1-based delivery; actions are exit (the process exits at once with
 // code 3), error:temporary|permanent|unknown, and stall[:duration]. @once leaves a marker file
 // so that the fault does not fire again after the restart it causes.
 package faults
@@ -32,10 +34,12 @@ const (
 	BeforeNextPublish = "before-next-publish"
 	// AfterRecord: the supervisor or the compensator wrote a command into the record (applied
 	// it, or recorded that it waits) and has not yet done what follows: the step event, the ack.
-	AfterRecord = "after-record"
+	AfterRecord   = "after-record"
+	BeforeDeliver = "before-deliver" // the outbox sender, before it hands a message over
+	AfterDeliver  = "after-deliver"  // the outbox sender, handed over, not yet marked sent
 )
 
-var points = []string{BeforeCommit, AfterCommit, BeforeWrite, AfterWrite, LostReply, BeforeNextPublish, AfterRecord}
+var points = []string{BeforeCommit, AfterCommit, BeforeWrite, AfterWrite, LostReply, BeforeNextPublish, AfterRecord, BeforeDeliver, AfterDeliver}
 
 // Error classes an error action returns.
 var (

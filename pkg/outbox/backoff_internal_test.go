@@ -21,7 +21,10 @@ func TestBackoffGrowsToFiveSeconds(t *testing.T) {
 		{1 << 62, 5 * time.Second},
 	}
 	for _, tt := range tests {
-		if got := backoffFor(tt.delivered); got != tt.want {
+		if got, want := backoffFor(tt.delivered, 300*time.Millisecond), min(tt.want, 300*time.Millisecond); got != want {
+			t.Errorf("backoffFor(%d, 300ms) = %s, want %s", tt.delivered, got, want)
+		}
+		if got := backoffFor(tt.delivered, 5*time.Second); got != tt.want {
 			t.Errorf("backoffFor(%d) = %s, want %s", tt.delivered, got, tt.want)
 		}
 	}

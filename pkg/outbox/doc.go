@@ -21,7 +21,10 @@
 // [MarkKey] (<run_id>.<hex sha256 of key>), never in the stream:
 //
 //	(none) --Create--> sending --Update(rev)--> sent
+//	                   sending --Update(rev)--> refused  (the outside system refused it for good)
 //	(none) --Create--> cancelled                       (the compensator, with Cancel)
+//	refused --Update(rev)--> cancelled                 (Cancel: it never went)
+//	refused --Delete(rev)--> (none)                    (Reopen: a resume queues it again)
 //
 // The sender claims the mark as sending with Create before it delivers and moves it
 // to sent by compare-and-set after. Because both claims are Creates, exactly one of
@@ -47,9 +50,24 @@
 //
 // Sent, already sent, cancelled and dropped messages are acked. Temporary failures
 // (the relay is down, a 4xx reply, a bucket write that timed out) are handed back with
-// NakWithDelay, from 100 ms growing to 5 s by delivery count. An undecodable message
-// goes to [SenderConfig].Rejected and is terminated; a message the outside system
-// refused for good ([ErrPermanent], an SMTP 5xx) goes to [SenderConfig].Dropped and is
-// terminated with its mark left at sending, so the run does not reach done and a
-// person looks at it.
+// NakWithDelay, from 100 ms doubling by delivery count up to [SenderConfig].MaxBackoff,
+// for as long as they last: the outbox-sender durable has no delivery limit, so no
+// message is ever abandoned by one. An undecodable message goes to
+// [SenderConfig].Rejected and is terminated. A message the outside system refused for
+// good ([ErrPermanent]: an SMTP 5xx, a webhook 4xx) gets the mark refused, goes to
+// [SenderConfig].Refused and is terminated: its run does not reach done, the supervisor
+// hands it over naming the message, and a resume after the fix reopens the mark
+// ([Reopen]) and queues a copy of its own (Message.Requeue).
+//
+// # Admission
+//
+// [SenderConfig].Admit applies the run's rules (RecordAdmission: generation and token,
+// read from the checkpoint). A notice (Message.Notice: a handover, a wait for approval)
+// is never asked about: the runs whose records cannot be trusted are the ones whose
+// notice must arrive.
+//
+// # Workers
+//
+// A sender works on up to [SenderConfig].Workers messages at once, each turn bounded by
+// [SenderConfig].Timeout, so one delivery that hangs never holds up the others.
 package outbox

@@ -19,6 +19,10 @@ var (
 	// ErrConfig is returned by NewSender for a configuration it cannot run with.
 	ErrConfig = errors.New("invalid sender config")
 
+	// errRefused means the outside system refused the message for good and its mark now
+	// says refused: the message is terminated and its run waits for a person.
+	errRefused = errors.New("message refused, mark refused")
+
 	// errBusy means another live sender holds the message's mark right now: retry later.
 	errBusy = errors.New("another sender is delivering the message")
 )

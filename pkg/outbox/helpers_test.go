@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/internal/natstest"
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/outbox"
 )
 
@@ -50,17 +52,18 @@ func setup(t *testing.T) *fixture {
 	return f
 }
 
-// consumer creates a durable like outbox-sender; a second one stands for a
-// redelivery of the same stream messages (or another sender).
+// consumer creates a durable as the asset package defines outbox-sender; a second one
+// stands for a redelivery of the same stream messages (or another sender).
 func (f *fixture) consumer(t *testing.T, name string) jetstream.Consumer {
 	t.Helper()
-	cons, err := f.js.CreateOrUpdateConsumer(testContext(t), outbox.DefaultStream, jetstream.ConsumerConfig{
-		Durable:       name,
-		FilterSubject: "cairn.outbox.>",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
-		MaxDeliver:    20,
-	})
+	var cc jetstream.ConsumerConfig
+	for _, c := range (assets.Config{Steps: []string{"s"}}).Consumers() {
+		if c.Config.Durable == assets.ConsumerOutbox {
+			cc = c.Config
+		}
+	}
+	cc.Durable, cc.Replicas = name, 0
+	cons, err := f.js.CreateOrUpdateConsumer(testContext(t), outbox.DefaultStream, cc)
 	if err != nil {
 		t.Fatalf("creating consumer %q: %v", name, err)
 	}
@@ -162,6 +165,26 @@ type mailServer struct {
 	mu       sync.Mutex
 	received []receivedMail
 	refuse   error // returned from DATA while set
+
+	down    atomic.Bool  // while set, every connection is closed before the greeting
+	dropped atomic.Int64 // connections closed while down
+}
+
+// downListener closes the connections a mail server that is down would never answer.
+type downListener struct {
+	net.Listener
+	ms *mailServer
+}
+
+func (l downListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil || !l.ms.down.Load() {
+			return c, err
+		}
+		l.ms.dropped.Add(1)
+		c.Close()
+	}
 }
 
 type receivedMail struct {
@@ -184,7 +207,7 @@ func startMailServer(t *testing.T) *mailServer {
 	}
 	ms.addr = ln.Addr().String()
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(downListener{ln, ms}) }()
 	t.Cleanup(func() {
 		srv.Close()
 		ln.Close() // in case Serve had not registered it yet

@@ -21,10 +21,14 @@ const (
 	Sent Mark = "sent"
 	// Cancelled: the compensator claimed the message before any sender did; it is never delivered.
 	Cancelled Mark = "cancelled"
+	// Refused: the outside system refused the message for good (an SMTP 5xx, a webhook 4xx);
+	// it was not handed over. The run waits for a person; a resume reopens the mark and
+	// queues the message again ([Reopen]), and a Cancel still wins.
+	Refused Mark = "refused"
 )
 
 func (k Mark) known() bool {
-	return k == Sending || k == Sent || k == Cancelled
+	return k == Sending || k == Sent || k == Cancelled || k == Refused
 }
 
 // keyHash names a message everywhere its key cannot go as it is: KV keys and file names.
@@ -88,14 +92,42 @@ func moveMark(ctx context.Context, kv jetstream.KeyValue, runID, key string, mar
 // is cancelled and was never handed to a sender: this call won the Create, or an
 // earlier Cancel did (so an interrupted undo that cancels again still sees true).
 // False means a sender claimed it first: the message may have gone.
+//
+// A refused message was never handed over either: its mark moves to cancelled.
 func Cancel(ctx context.Context, kv jetstream.KeyValue, runID, key string) (bool, error) {
-	_, won, err := claimMark(ctx, kv, runID, key, Cancelled)
-	if err != nil || won {
-		return won, err
+	for range maxMarkRaces {
+		_, won, err := claimMark(ctx, kv, runID, key, Cancelled)
+		if err != nil || won {
+			return won, err
+		}
+		mark, rev, err := readMark(ctx, kv, runID, key)
+		if err != nil {
+			return false, fmt.Errorf("cancelling outbox message %q: %w", key, err)
+		}
+		if mark != Refused {
+			return mark == Cancelled, nil
+		}
+		if _, won, err = moveMark(ctx, kv, runID, key, Cancelled, rev); err != nil || won {
+			return won, err
+		}
 	}
-	mark, err := MarkOf(ctx, kv, runID, key)
+	return false, fmt.Errorf("cancelling outbox message %q: mark moved %d times: %w", key, maxMarkRaces, errBusy)
+}
+
+// Reopen removes a refused mark by compare-and-set, so that the message can be queued and
+// tried again (a resume after the cause was fixed). It reports whether it removed one; any
+// other mark is left as it is.
+func Reopen(ctx context.Context, kv jetstream.KeyValue, runID, key string) (bool, error) {
+	mark, rev, err := readMark(ctx, kv, runID, key)
+	if err != nil || mark != Refused {
+		return false, err
+	}
+	err = kv.Delete(ctx, MarkKey(runID, key), jetstream.LastRevision(rev))
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		return false, nil
+	}
 	if err != nil {
-		return false, fmt.Errorf("cancelling outbox message %q: %w", key, err)
+		return false, fmt.Errorf("reopening outbox message %q: %w", key, err)
 	}
-	return mark == Cancelled, nil
+	return true, nil
 }

@@ -31,7 +31,22 @@ type Message struct {
 	QueuedAt   time.Time `json:"queued_at"` // becomes the Date: header, so the mail is deterministic
 	// Reverses is the key of the message a withdrawal withdraws (X-Cairn-Withdraws), or empty.
 	Reverses string `json:"reverses,omitempty"`
+	// Requeue is the checkpoint revision of the resume that queued this copy again (0 for
+	// the step's own copy); it gives the copy an event id of its own (see EventID).
+	Requeue uint64 `json:"requeue,omitempty"`
 }
+
+// Kinds of the notices to people about a run (the service's notifications).
+const (
+	KindHandover = "handover" // a run was handed over
+	KindApproval = "approval" // a run waits for approval
+)
+
+// Notice reports whether m tells a person about its run (a handover or a wait for
+// approval) rather than carrying the run's work: such a message is sent whatever state the
+// run's record is in, since the runs whose records cannot be trusted are exactly the ones a
+// person must look at.
+func (m Message) Notice() bool { return m.Kind == KindHandover || m.Kind == KindApproval }
 
 // maxKeyLen keeps a key well inside one header line (Message-ID, X-Cairn-Key).
 const maxKeyLen = 512
@@ -95,8 +110,14 @@ func badKeyRune(r rune) bool {
 // the attempt that queued it. A repeat by the same attempt is a duplicate the stream drops;
 // a restart's copy (a higher token) is stored beside the dead attempt's, so the sender,
 // which drops a copy whose token is below the one its step committed with, still finds the
-// restart's copy to send. The mark, keyed by the message key, sends it once.
-func EventID(m Message) string { return fmt.Sprintf("%s:t%d", m.Key, m.Token) }
+// restart's copy to send. The mark, keyed by the message key, sends it once. A copy queued
+// again by a resume ends in ":r<revision>", so the stream's deduplication keeps it too.
+func EventID(m Message) string {
+	if m.Requeue > 0 {
+		return fmt.Sprintf("%s:t%d:r%d", m.Key, m.Token, m.Requeue)
+	}
+	return fmt.Sprintf("%s:t%d", m.Key, m.Token)
+}
 
 // Queue publishes m as a CloudEvent (TypeOutbox, source "/cairn/<m.Step>") on
 // events.OutboxSubject(m.RunID, m.Kind) with Nats-Msg-Id = EventID(m), and waits for the

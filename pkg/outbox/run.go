@@ -16,7 +16,7 @@ const stopTimeout = 5 * time.Second
 
 // Run consumes the outbox until ctx ends and returns nil on a clean stop, or an error
 // wrapping consume.ErrEnded when the loop ends by itself (the durable deleted). The
-// message in hand when ctx ends is finished (each turn is bounded by the
+// messages in hand when ctx ends are finished (each turn is bounded by the
 // config's Timeout), so a stop does not leave a mark at sending for nothing.
 func (s *Sender) Run(ctx context.Context) error {
 	cons, err := s.c.JS.Consumer(ctx, s.c.Stream, s.c.Consumer)
@@ -37,18 +37,30 @@ func (s *Sender) Run(ctx context.Context) error {
 	var g gate
 	defer g.close()
 	defer context.AfterFunc(ctx, g.shut)() // no new turn once stopping
+	// Up to Workers messages are in hand at once, each in a turn of its own: a message
+	// that cannot be delivered for now (a relay that hangs) holds up one worker, not the
+	// others. The callback waits for a free worker, so no more than Workers are pulled.
+	workers := make(chan struct{}, s.c.Workers)
 	return consume.Run(ctx, cons, func(msg jetstream.Msg) {
 		if !g.enter() {
 			// Stopping: hand the message back for another sender.
-			_ = msg.NakWithDelay(backoff(msg))
+			_ = msg.NakWithDelay(backoff(msg, s.c.MaxBackoff))
 			return
 		}
-		defer g.leave()
-		// Handle settles the message and logs its outcome.
-		_ = s.Handle(turnCtx, msg)
+		workers <- struct{}{}
+		if ctx.Err() != nil {
+			<-workers
+			g.leave()
+			_ = msg.NakWithDelay(backoff(msg, s.c.MaxBackoff))
+			return
+		}
+		go func() {
+			defer func() { <-workers; g.leave() }()
+			// Handle settles the message and logs its outcome.
+			_ = s.Handle(turnCtx, msg)
+		}()
 	},
-		// Mail is a trickle: one message in hand at a time means a stop strands none.
-		consume.Pull(jetstream.PullMaxMessages(1)),
+		consume.Pull(jetstream.PullMaxMessages(s.c.Workers)),
 		consume.StopWithin(stopTimeout), consume.Logger(s.c.Logger),
 	)
 }

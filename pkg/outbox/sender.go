@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/pkg/events"
+	"github.com/cairnhq/cairn/pkg/faults"
 )
 
 // Log attribute keys.
@@ -38,6 +40,8 @@ type Sender struct {
 
 	mu sync.Mutex
 	kv jetstream.KeyValue // looked up on first use
+
+	deliveries atomic.Int64 // deliveries begun by this sender: the n of its fault points
 }
 
 // NewSender checks c, fills its defaults and returns a Sender.
@@ -65,9 +69,10 @@ func (o outcome) String() string {
 }
 
 // Handle processes one message and settles it: Ack when it is sent, was sent,
-// is cancelled or is dropped; NakWithDelay on a temporary error; TermWithReason
-// when it cannot be decoded or the outside system refused it for good. It returns
-// nil when the message was acked, else the error that decided otherwise.
+// is cancelled or is dropped; NakWithDelay on a temporary error, for as long as the
+// error lasts; TermWithReason when it cannot be decoded, or when the outside system
+// refused it for good and its mark says so (refused). It returns nil when the message
+// was acked, else the error that decided otherwise.
 func (s *Sender) Handle(ctx context.Context, msg jetstream.Msg) error {
 	ctx, cancel := context.WithTimeout(ctx, s.c.Timeout)
 	defer cancel()
@@ -87,15 +92,16 @@ func (s *Sender) Handle(ctx context.Context, msg jetstream.Msg) error {
 			return s.ack(ctx, msg, m, out, reason, log)
 		}
 	}
-	if errors.Is(err, ErrPermanent) || errors.Is(err, ErrInvalid) {
+	if errors.Is(err, errRefused) {
 		log.Error("outbox message refused for good", slog.String(attrError, err.Error()))
-		if s.c.Dropped != nil {
-			s.c.Dropped(ctx, m, err.Error())
+		if s.c.Refused != nil {
+			s.c.Refused(ctx, m, err)
 		}
+		s.marked(ctx, m.RunID)
 		_ = msg.TermWithReason(truncate(err.Error(), 256))
 		return err
 	}
-	delay := backoff(msg)
+	delay := backoff(msg, s.c.MaxBackoff)
 	log.Warn("outbox message will be retried", slog.String(attrError, err.Error()), slog.Duration(attrDelay, delay))
 	_ = msg.NakWithDelay(delay)
 	return err
@@ -116,11 +122,12 @@ func (s *Sender) process(ctx context.Context, kv jetstream.KeyValue, msg jetstre
 			return alreadySent, "", nil
 		case Cancelled:
 			return wasCancelled, "", nil
-		case Sending:
-			if raced {
+		case Sending, Refused:
+			if raced && mark == Sending {
 				return 0, "", fmt.Errorf("delivering %q: %w", m.Key, errBusy)
 			}
-			// The sender that wrote this mark died (or was too slow): the message may have gone.
+			// The sender that wrote a sending mark died (or was too slow): the message may
+			// have gone. A refused one did not go; this copy tries again.
 			went, err := s.c.Transport.Delivered(ctx, m)
 			if err != nil {
 				return 0, "", err
@@ -149,7 +156,10 @@ func (s *Sender) process(ctx context.Context, kv jetstream.KeyValue, msg jetstre
 		s.marked(ctx, m.RunID)
 		// Tell the server this turn is alive before the one call that may take long.
 		_ = msg.InProgress()
-		if err := s.c.Transport.Deliver(ctx, m, Render(m)); err != nil {
+		if err := s.deliver(ctx, m); err != nil {
+			if permanent(err) {
+				return 0, "", s.refuse(ctx, kv, m, rev, err)
+			}
 			return 0, "", err
 		}
 		return delivered, "", s.finish(ctx, kv, m, rev)
@@ -157,8 +167,46 @@ func (s *Sender) process(ctx context.Context, kv jetstream.KeyValue, msg jetstre
 	return 0, "", fmt.Errorf("delivering %q: mark moved %d times: %w", m.Key, maxMarkRaces, errBusy)
 }
 
+// deliver hands m to the transport, between the sender's two fault points.
+func (s *Sender) deliver(ctx context.Context, m Message) error {
+	n := int(s.deliveries.Add(1))
+	if err := s.c.Faults.Hit(ctx, FaultStep, faults.BeforeDeliver, n); err != nil {
+		return fmt.Errorf("delivering %q: %w", m.Key, err)
+	}
+	if err := s.c.Transport.Deliver(ctx, m, Render(m)); err != nil {
+		return err
+	}
+	// A crash here is the one allowed repeat: handed over, not yet marked sent.
+	if err := s.c.Faults.Hit(ctx, FaultStep, faults.AfterDeliver, n); err != nil {
+		return fmt.Errorf("after delivering %q: %w", m.Key, err)
+	}
+	return nil
+}
+
+// permanent: the outside system refused the message for good, so trying it again
+// cannot help.
+func permanent(err error) bool {
+	return errors.Is(err, ErrPermanent) || errors.Is(err, ErrInvalid) || errors.Is(err, faults.ErrPermanent)
+}
+
+// refuse moves the mark from sending (at rev) to refused: the message did not go, and the
+// run waits for a person. When the mark cannot be written the message is retried (its
+// sending mark then stands for a delivery that did not happen, and is claimed again).
+func (s *Sender) refuse(ctx context.Context, kv jetstream.KeyValue, m Message, rev uint64, cause error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	_, ok, err := moveMark(ctx, kv, m.RunID, m.Key, Refused, rev)
+	if err != nil {
+		return errors.Join(cause, err)
+	}
+	if !ok {
+		return fmt.Errorf("marking %q refused: %w", m.Key, errors.Join(cause, errBusy))
+	}
+	return fmt.Errorf("%w: %w", errRefused, cause)
+}
+
 func (s *Sender) admit(ctx context.Context, m Message) (bool, string, error) {
-	if s.c.Admit == nil {
+	if s.c.Admit == nil || m.Notice() {
 		return true, "", nil
 	}
 	ok, reason, err := s.c.Admit(ctx, m)
@@ -281,26 +329,28 @@ func decode(msg jetstream.Msg) (Message, error) {
 	return m, nil
 }
 
-// backoff is the NakWithDelay of a message that failed for now.
-func backoff(msg jetstream.Msg) time.Duration {
+// minBackoff is the first wait of a message that failed for now.
+const minBackoff = 100 * time.Millisecond
+
+// backoff is the NakWithDelay of a message that failed for now, capped at hi.
+func backoff(msg jetstream.Msg, hi time.Duration) time.Duration {
 	n := uint64(1)
 	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 0 {
 		n = md.NumDelivered
 	}
-	return backoffFor(n)
+	return backoffFor(n, hi)
 }
 
 // backoffFor grows from 100 ms by the delivery count n (1 on the first
-// delivery), doubling up to 5 s.
-func backoffFor(n uint64) time.Duration {
-	const lo, hi = 100 * time.Millisecond, 5 * time.Second
+// delivery), doubling up to hi.
+func backoffFor(n uint64, hi time.Duration) time.Duration {
 	if n < 1 {
 		n = 1
 	}
-	if n > 7 { // 100 ms << 6 is already past hi
+	if n > 40 { // 100 ms << 39 is past any cap
 		return hi
 	}
-	return min(lo<<(n-1), hi)
+	return min(minBackoff<<(n-1), hi)
 }
 
 func wait(ctx context.Context, d time.Duration) error {

@@ -155,7 +155,10 @@ func TestSMTPTemporaryRefusalIsRetried(t *testing.T) {
 	}
 }
 
-func TestSMTPPermanentRefusalIsDropped(t *testing.T) {
+// A 5xx is refused for good: the mark says refused (the message did not go), the host
+// hears of it, and the message is terminated rather than retried. Reopened and queued again
+// after the fix (a resume), it goes once.
+func TestSMTPPermanentRefusalIsRefusedThenSentOnceAfterReopen(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ms := startMailServer(t)
@@ -163,23 +166,70 @@ func TestSMTPPermanentRefusalIsDropped(t *testing.T) {
 	m := message("run-p", "debit", "run-p:debit:SUP-07")
 	f.queue(t, m)
 	var mu sync.Mutex
-	var dropped []string
+	var refused []string
 	s := f.sender(t, outbox.SenderConfig{
 		Transport: outbox.SMTPTransport{Addr: ms.addr},
-		Dropped: func(_ context.Context, m outbox.Message, _ string) {
+		Refused: func(_ context.Context, m outbox.Message, err error) {
 			mu.Lock()
 			defer mu.Unlock()
-			dropped = append(dropped, m.Key)
+			if errors.Is(err, outbox.ErrPermanent) {
+				refused = append(refused, m.Key)
+			}
 		},
 	})
 
 	if err := s.Handle(testContext(t), next(t, f.cons)); !errors.Is(err, outbox.ErrPermanent) {
 		t.Fatalf("Handle = %v, want ErrPermanent", err)
 	}
-	if !slices.Equal(dropped, []string{m.Key}) {
-		t.Errorf("Dropped calls = %v, want %q", dropped, m.Key)
+	mu.Lock()
+	if !slices.Equal(refused, []string{m.Key}) {
+		t.Errorf("Refused calls = %v, want %q", refused, m.Key)
 	}
-	// Terminated, not redelivered: nothing is pending or waiting for an ack.
+	mu.Unlock()
+	if mark := f.markOf(t, m); mark != outbox.Refused {
+		t.Fatalf("mark = %q, want refused", mark)
+	}
+	waitSettled(t, f)
+
+	// The relay is fixed; a resume reopens the mark and queues a copy of its own.
+	ms.setRefuse(nil)
+	if ok, err := outbox.Reopen(testContext(t), f.kv, m.RunID, m.Key); err != nil || !ok {
+		t.Fatalf("Reopen = %v, %v; want true", ok, err)
+	}
+	again := m
+	again.Requeue = 42
+	f.queue(t, again)
+	handleAll(t, s, f.cons, 1)
+	if got := len(ms.mails()); got != 1 {
+		t.Fatalf("server received %d copies, want 1", got)
+	}
+	if mark := f.markOf(t, m); mark != outbox.Sent {
+		t.Fatalf("mark = %q, want sent", mark)
+	}
+	if ok, err := outbox.Reopen(testContext(t), f.kv, m.RunID, m.Key); err != nil || ok {
+		t.Fatalf("Reopen of a sent mark = %v, %v; want false", ok, err)
+	}
+}
+
+// A refused message was never handed over: the compensator's Cancel wins over it.
+func TestCancelWinsOverARefusedMessage(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	m := message("run-p", "debit", "run-p:debit:SUP-09")
+	if _, err := f.kv.Create(testContext(t), outbox.MarkKey(m.RunID, m.Key), []byte(outbox.Refused)); err != nil {
+		t.Fatal(err)
+	}
+	if won, err := outbox.Cancel(testContext(t), f.kv, m.RunID, m.Key); err != nil || !won {
+		t.Fatalf("Cancel = %v, %v; want true", won, err)
+	}
+	if mark := f.markOf(t, m); mark != outbox.Cancelled {
+		t.Fatalf("mark = %q, want cancelled", mark)
+	}
+}
+
+// waitSettled waits until the outbox-sender durable has nothing pending or unacknowledged.
+func waitSettled(t *testing.T, f *fixture) {
+	t.Helper()
 	ctx := testContext(t)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -189,7 +239,7 @@ func TestSMTPPermanentRefusalIsDropped(t *testing.T) {
 			t.Fatal(err)
 		}
 		if info.NumAckPending == 0 && info.NumPending == 0 {
-			break
+			return
 		}
 		select {
 		case <-ctx.Done():

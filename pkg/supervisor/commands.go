@@ -171,6 +171,9 @@ func (s *Supervisor) resume(ctx context.Context, ev events.Event) error {
 	if err != nil {
 		return err
 	}
+	if err := s.requeueOnResume(ctx, ev.ID, ev.Subject); err != nil {
+		return err
+	}
 	var step string
 	var waits, dropped bool
 	rec, rev, err := s.cfg.Store.Mutate(ctx, ev.Subject, func(r *kc.Record) error {

@@ -22,6 +22,8 @@ const (
 	reasonReassignLimit   = "reassign_limit"
 	reasonMaxDeliveries   = "max_deliveries"
 	reasonApprovalTimeout = "approval_timeout"
+	reasonOutboxStall     = "outbox_stall"
+	reasonOutboxRefused   = "outbox_refused"
 )
 
 // handOver stops a run the supervisor gave up on: the note first, then the record (status
@@ -40,8 +42,13 @@ func (s *Supervisor) handOver(ctx context.Context, runID, step, reason string, c
 		// Named first, so the note's cut error keeps them.
 		cause = fmt.Errorf("commands left for a person: %s; %w", named(rec.Commands), cause)
 	}
+	id := fmt.Sprintf("%s:handover:%s:%s", runID, cmpStep(step), reason)
+	if reason == reasonOutboxStall || reason == reasonOutboxRefused {
+		// Mail can stop a run again after each resume: each such handover notifies.
+		id += fmt.Sprintf(":%d", rev0)
+	}
 	note := runner.HandoverNote{
-		ID: fmt.Sprintf("%s:handover:%s:%s", runID, cmpStep(step), reason), RunID: runID, Step: step,
+		ID: id, RunID: runID, Step: step,
 		Error: cut(cause.Error(), kc.MaxLastError), NextAction: fmt.Sprintf("a person decides: cairn resume %[1]s, cairn resume %[1]s --after-fix, or cairn undo %[1]s", runID),
 		At: s.stamp(),
 	}

@@ -41,6 +41,10 @@ type Config struct {
 	// StallTimeout hands over a running or finishing run whose record made no progress
 	// (lease renewals do not count) for this long; default 10m.
 	StallTimeout time.Duration
+	// OutboxStall hands over a finishing run whose mail is still undelivered this long after
+	// its last progress, naming the messages; default 15m. A message refused for good hands
+	// its finishing run over at once.
+	OutboxStall time.Duration
 	// ReassignLimit hands over a run instead of reassigning its step once more; default 5.
 	ReassignLimit int
 	// ApprovalTimeout hands over a run that waited for approval this long; default 24h.
@@ -93,6 +97,7 @@ func New(c Config) (*Supervisor, error) {
 	c.TakeoverGap = cmp.Or(c.TakeoverGap, 500*time.Millisecond)
 	c.Sweep = cmp.Or(c.Sweep, time.Second)
 	c.StallTimeout = cmp.Or(c.StallTimeout, 10*time.Minute)
+	c.OutboxStall = cmp.Or(c.OutboxStall, 15*time.Minute)
 	c.ReassignLimit = cmp.Or(c.ReassignLimit, 5)
 	c.ApprovalTimeout = cmp.Or(c.ApprovalTimeout, 24*time.Hour)
 	if c.Metrics == nil {

@@ -81,6 +81,18 @@ func (s *Supervisor) SweepOnce(ctx context.Context, startup bool) {
 			}
 			continue
 		}
+		if w.rec.Status == kc.Finishing {
+			if w.rec.Lease == nil && len(w.rec.Commands) > 0 {
+				if err := s.drive(ctx, w.rec, w.rev); err != nil {
+					s.log.Warn("driving a waiting command", slog.String("run_id", w.rec.RunID), slog.Any("error", err))
+				}
+			}
+			// A finishing run waits on its mail alone: CAIRN_OUTBOX_STALL, not the stall timeout.
+			if err := s.sweepFinishing(ctx, w); err != nil {
+				s.log.Warn("sweeping a finishing run", slog.String("run_id", w.rec.RunID), slog.Any("error", err))
+			}
+			continue
+		}
 		if now := s.cfg.Now(); w.rec.Status != kc.Undoing && now.Sub(w.since) >= s.cfg.StallTimeout {
 			cause := fmt.Errorf("no progress for %s (CAIRN_STALL_TIMEOUT %s): status %s, waiting on %s", now.Sub(w.since).Round(time.Second), s.cfg.StallTimeout, w.rec.Status, cmpStep(w.rec.Current()))
 			unchanged := func(r *kc.Record) bool { return progress(r) == w.progress }
@@ -99,13 +111,7 @@ func (s *Supervisor) sweepRun(ctx context.Context, rec *kc.Record, rev uint64, s
 	runID := rec.RunID
 	switch rec.Status {
 	case kc.Finishing:
-		if rec.Lease == nil && len(rec.Commands) > 0 {
-			if err := s.drive(ctx, rec, rev); err != nil {
-				return err
-			}
-		}
-		_, err := Settle(ctx, s.cfg.JS, s.cfg.Store, s.cfg.Marks, runID, s.cfg.Now)
-		return err
+		return nil // a finishing run is swept by sweepFinishing
 	case kc.Running, kc.Undoing:
 	default:
 		if len(rec.Commands) == 0 {
