@@ -39,7 +39,8 @@ type Claim struct {
 // already. A claim naming runID itself is a retry of the same start (a crash between the
 // claim and the record): it proceeds. A claim stands for another run id while that run's
 // record is missing (its start is under way) or has this input; a claim whose run exists
-// with other input was left by a start refused for its parameters, and is taken over.
+// with other input was left by a start refused for its parameters, and is taken over; so is
+// the claim of a run undone in full, whose effects are all reversed: its input may be run again.
 func (s *Supervisor) claimInput(ctx context.Context, runID string, params kc.Params) (holder string, rev uint64, err error) {
 	natural := NaturalKey(s.cfg.Pipeline.Name, params)
 	key := NaturalKeyEntry(natural)
@@ -71,7 +72,7 @@ func (s *Supervisor) claimInput(ctx context.Context, runID string, params kc.Par
 			return runID, e.Revision(), nil
 		}
 		rec, _, err := s.cfg.Store.Load(ctx, c.RunID)
-		if err != nil || NaturalKey(s.cfg.Pipeline.Name, rec.Params) == natural {
+		if err != nil || (holds(rec) && NaturalKey(s.cfg.Pipeline.Name, rec.Params) == natural) {
 			// Missing: its start is under way. Not trusted: it exists. Either way it holds.
 			return c.RunID, e.Revision(), nil
 		}
@@ -86,13 +87,17 @@ func (s *Supervisor) claimInput(ctx context.Context, runID string, params kc.Par
 	}
 }
 
+// holds reports whether a run keeps its input from another run id: every run but one undone
+// in full (a scoped undo leaves the rest of the run standing, and the run's status with it).
+func holds(r *kc.Record) bool { return r.Status != kc.Undone }
+
 // earlierHolder: a claim just made is runID's unless a run of an earlier release, which
 // claimed nothing, has the same input; then the claim is handed to that run.
 func (s *Supervisor) earlierHolder(ctx context.Context, runID, natural, key string, rev uint64) (string, uint64, error) {
 	s.mu.Lock()
 	var other string
 	for id, w := range s.runs {
-		if id != runID && NaturalKey(s.cfg.Pipeline.Name, w.rec.Params) == natural && (other == "" || id < other) {
+		if id != runID && holds(w.rec) && NaturalKey(s.cfg.Pipeline.Name, w.rec.Params) == natural && (other == "" || id < other) {
 			other = id
 		}
 	}

@@ -148,6 +148,27 @@ func TestStaleClaimIsTakenOver(t *testing.T) {
 	f.settled(t)
 }
 
+// A run undone in full has reversed all it did: its input may be started again, under another
+// run id, and the claim moves to the new run.
+func TestUndoneRunGivesUpItsInput(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+	f.create(t, "r9", func(r *kc.Record) { r.Status = kc.Undone })
+	f.putClaim(t, ldh, "r9")
+
+	f.command(t, s, events.RunStartSubject, startR1)
+	if rec, _ := f.load(t, "r1"); rec.Params != ldh {
+		t.Fatalf("r1's params %+v", rec.Params)
+	}
+	if c, _ := f.claimOf(t, ldh); c.RunID != "r1" {
+		t.Fatalf("claim %+v, want r1's", c)
+	}
+	if rej := f.rejections(t); len(rej) != 0 {
+		t.Fatalf("rejections %+v, want none", rej)
+	}
+	f.settled(t)
+}
+
 // A run made by an earlier release claimed nothing; the supervisor's watch knows it, so
 // another run id of its input is refused, and the claim is handed to that run.
 func TestRunOfAnEarlierReleaseHoldsItsInput(t *testing.T) {
