@@ -28,6 +28,7 @@ func stalled(t *testing.T, stall string) *night {
 // would last, and once the step lets go the run is undone: every ledger key nets to zero,
 // stock is back at its before-levels, and `cairn undo --wait` reports it.
 func TestUndoWaitsForAStalledStep(t *testing.T) {
+	t.Parallel() // mostly waiting (a stall, an outage, a grace): see TestMain
 	n := stalled(t, "60s")
 	out, code := n.cli("undo", runID, "--wait")
 	if code != 0 {
@@ -47,6 +48,7 @@ func TestUndoWaitsForAStalledStep(t *testing.T) {
 // for longer than the control durable's MaxDeliver; once the step lets go the run goes on
 // and ends equal to the ground truth, and `cairn resume --wait` reports it done.
 func TestResumeWaitsForAStalledStep(t *testing.T) {
+	t.Parallel() // mostly waiting (a stall, an outage, a grace): see TestMain
 	n := stalled(t, "40s")
 	if out, code := n.cli("cancel", runID); code != 0 {
 		t.Fatalf("cairn cancel exited %d:\n%s", code, out)
@@ -69,6 +71,7 @@ func TestResumeWaitsForAStalledStep(t *testing.T) {
 // never acked), while post-ledger stalls: after the restart the dead step's lease is
 // released, the supervisor's sweep sends the waiting undo again, and the run ends undone.
 func TestWaitingUndoSurvivesACrash(t *testing.T) {
+	t.Parallel() // mostly waiting (a stall, an outage, a grace): see TestMain
 	n := newNight(t, 0)
 	stall, crash := "post-ledger.before-write.10=stall:60s@once", "undo.after-record=exit@once"
 	n.start("CAIRN_FAULTS=" + stall + "," + crash)

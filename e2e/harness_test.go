@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"net"
 	"net/mail"
@@ -51,9 +52,24 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "building cairn and the services: %v\n%s", err, out)
 		os.Exit(1)
 	}
+	// The tests marked parallel spend most of their time waiting (a step stalled for a
+	// minute, a relay down, a stop's grace) while their nights idle; the ones that keep the
+	// machine busy take a night slot (takeNightSlot, two at once). So more of them may run
+	// at once than the two cores the default allows, unless -test.parallel says otherwise.
+	flag.Parse()
+	if !flagSet("test.parallel") {
+		_ = flag.Set("test.parallel", "6")
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// flagSet reports whether the command line set the flag name.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 const (

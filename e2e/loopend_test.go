@@ -21,6 +21,7 @@ import (
 // `cairn init` puts the durable back, a new post-ledger finishes the night, equal to its
 // truth.
 func TestServicesExitWhenTheirDurableIsDeleted(t *testing.T) {
+	t.Parallel() // mostly waiting (a stall, an outage, a grace): see TestMain
 	h := newProcsNight(t)
 	h.svcs(allBut("post-ledger"))
 	// Two at once, so the loop pulls on while the step is in hand; the grace is the window
@@ -75,6 +76,7 @@ func TestServicesExitWhenTheirDurableIsDeleted(t *testing.T) {
 // step in hand has its grace) and exits 1. `cairn dev` again puts the durable back and
 // finishes the night, equal to its truth.
 func TestDevExitsWhenTheCompensatorsDurableIsDeleted(t *testing.T) {
+	t.Parallel() // mostly waiting (a stall, an outage, a grace): see TestMain
 	n := newNight(t, 0)
 	addr, err := freeAddr()
 	if err != nil {

@@ -153,6 +153,7 @@ func backlog(addr string) float64 {
 // mail: the backlog shows in cairn_outbox_backlog and cairn status, and once the relay is
 // back every message goes once and the run is done.
 func TestRelayOutageLongerThanTheDeliveryLimitThenBack(t *testing.T) {
+	t.Parallel() // mostly waiting (a stall, an outage, a grace): see TestMain
 	r := startRelay(t)
 	r.down.Store(true)
 	metrics, err := freeAddr()
@@ -184,6 +185,7 @@ func TestRelayOutageLongerThanTheDeliveryLimitThenBack(t *testing.T) {
 // undelivered message; once the relay is back, cairn resume makes it done with each message
 // sent once.
 func TestOutboxStallHandsOverThenResumeSendsEachOnce(t *testing.T) {
+	t.Parallel() // mostly waiting (a stall, an outage, a grace): see TestMain
 	r := startRelay(t)
 	r.down.Store(true)
 	n := newNight(t, 0)

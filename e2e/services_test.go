@@ -122,6 +122,7 @@ func TestServicesTwoOfEach(t *testing.T) {
 // The nats-server stops in the middle of the night and starts again on the same port and
 // storage; the services reconnect and finish the night.
 func TestServicesServerRestart(t *testing.T) {
+	t.Parallel() // mostly waiting (a stall, an outage, a grace): see TestMain
 	h := newProcsNight(t)
 	h.svcs(service.Services())
 	h.startRun()
