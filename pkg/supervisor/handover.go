@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
@@ -146,6 +147,26 @@ type maxDeliveries struct {
 	Deliveries uint64 `json:"deliveries"`
 }
 
+// deadMessage reads a max-deliveries advisory m about stream and the message it names; ok
+// is false when the advisory is unreadable or the message was settled or removed meanwhile.
+func (s *Supervisor) deadMessage(ctx context.Context, m *nats.Msg, stream string) (maxDeliveries, jetstream.Stream, *jetstream.RawStreamMsg, bool) {
+	var adv maxDeliveries
+	if err := json.Unmarshal(m.Data, &adv); err != nil || adv.StreamSeq == 0 {
+		s.log.Warn("unreadable max-deliveries advisory", slog.String("data", cut(string(m.Data), 200)))
+		return adv, nil, nil, false
+	}
+	st, err := s.cfg.JS.Stream(ctx, stream)
+	if err != nil {
+		s.log.Warn("max-deliveries advisory", slog.Any("error", err))
+		return adv, nil, nil, false
+	}
+	raw, err := st.GetMsg(ctx, adv.StreamSeq)
+	if err != nil {
+		return adv, nil, nil, false // settled or removed in the meantime
+	}
+	return adv, st, raw, true
+}
+
 // AdvisorySubject is where the server announces step events that reached their delivery limit.
 const AdvisorySubject = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + assets.StreamSteps + ".*"
 
@@ -153,26 +174,16 @@ const AdvisorySubject = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + assets.S
 // answered (a worker that dies on it every time), then removes the event: JetStream has no
 // dead-letter queue, the handover note is where the evidence goes.
 func (s *Supervisor) onMaxDeliveries(ctx context.Context, m *nats.Msg) {
-	var adv maxDeliveries
-	if err := json.Unmarshal(m.Data, &adv); err != nil || adv.StreamSeq == 0 {
-		s.log.Warn("unreadable max-deliveries advisory", slog.String("data", cut(string(m.Data), 200)))
+	adv, stream, raw, ok := s.deadMessage(ctx, m, assets.StreamSteps)
+	if !ok {
 		return
-	}
-	stream, err := s.cfg.JS.Stream(ctx, assets.StreamSteps)
-	if err != nil {
-		s.log.Warn("max-deliveries advisory", slog.Any("error", err))
-		return
-	}
-	raw, err := stream.GetMsg(ctx, adv.StreamSeq)
-	if err != nil {
-		return // answered or removed in the meantime
 	}
 	step, runID, ok := stepSubject(raw.Subject)
 	if !ok {
 		return
 	}
 	cause := fmt.Errorf("the event of step %s was delivered %d times (max deliver) and never answered: a worker may die on it every time", step, adv.Deliveries)
-	err = s.handOver(ctx, runID, step, reasonMaxDeliveries, cause, func(r *kc.Record) bool {
+	err := s.handOver(ctx, runID, step, reasonMaxDeliveries, cause, func(r *kc.Record) bool {
 		return r.Status == kc.Running && r.Index(step) >= 0 && r.Step(step).Status != kc.Verified
 	})
 	if err != nil {

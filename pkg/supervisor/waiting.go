@@ -149,19 +149,9 @@ const CommandAdvisorySubject = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + a
 // sweep to carry out, and only then removed from the stream. A start, which has no record
 // yet, is refused on cairn.rejected with the reason, never dropped in silence.
 func (s *Supervisor) onCommandMaxDeliveries(ctx context.Context, m *nats.Msg) {
-	var adv maxDeliveries
-	if err := json.Unmarshal(m.Data, &adv); err != nil || adv.StreamSeq == 0 {
-		s.log.Warn("unreadable max-deliveries advisory", slog.String("data", cut(string(m.Data), 200)))
+	adv, stream, raw, ok := s.deadMessage(ctx, m, assets.StreamRuns)
+	if !ok {
 		return
-	}
-	stream, err := s.cfg.JS.Stream(ctx, assets.StreamRuns)
-	if err != nil {
-		s.log.Warn("max-deliveries advisory", slog.Any("error", err))
-		return
-	}
-	raw, err := stream.GetMsg(ctx, adv.StreamSeq)
-	if err != nil {
-		return // settled or removed in the meantime
 	}
 	nm := &nats.Msg{Subject: raw.Subject, Header: raw.Header, Data: raw.Data}
 	if err := s.keep(ctx, nm, adv); err != nil {
