@@ -3,7 +3,6 @@ package runner
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -188,34 +187,6 @@ func (r *Runner) noteOnly(ctx context.Context, runID string, cause error) {
 func (r *Runner) notify(ctx context.Context, kind string, note HandoverNote, generation int, token uint64) {
 	if r.cfg.Notify != nil {
 		r.cfg.Notify(ctx, kind, note, generation, token)
-	}
-}
-
-// park hands over a run whose step event reached the delivery limit.
-func (r *Runner) park(ctx context.Context, runID, reason string) {
-	if _, _, err := r.cfg.Store.Load(ctx, runID); errors.Is(err, kc.ErrNewerSchema) {
-		r.log.Warn("step event at its delivery limit left to a newer release", slog.String("run_id", runID), slog.Any("error", err))
-		return
-	}
-	cause := errors.New(reason)
-	note := r.note(nil, r.cfg.StepName, "max-deliver", cause)
-	note.RunID, note.ID = runID, runID+":handover:"+r.cfg.StepName+":max-deliver"
-	if err := r.putNote(ctx, note); err != nil {
-		r.log.Error("writing handover note", slog.Any("error", err))
-	}
-	_, _, err := r.cfg.Store.Mutate(ctx, runID, func(n *kc.Record) error {
-		if n.Status != kc.Running || n.Lease != nil {
-			return kc.ErrSkip
-		}
-		n.Status = kc.HandedOver
-		n.Step(r.cfg.StepName).Status = kc.Failed
-		n.Step(r.cfg.StepName).SetLastError(reason)
-		n.Handover = &note.ID
-		n.NextAction = note.NextAction
-		return nil
-	})
-	if err != nil && !errors.Is(err, kc.ErrSkip) {
-		r.log.Error("recording a parked message", slog.Any("error", err))
 	}
 }
 

@@ -291,7 +291,7 @@ func (r *Runner) Handle(ctx context.Context, m jetstream.Msg) {
 	ctx, span := tracing.Start(ctx, ev, "step "+r.cfg.StepName, attribute.String("cairn.step", r.cfg.StepName), attribute.Int64("cairn.delivered", int64(delivered)))
 	defer span.End()
 	if delivered >= uint64(r.cfg.MaxDeliver) {
-		r.park(ctx, ready.RunID, fmt.Sprintf("step event delivered %d times (max deliver %d)", delivered, r.cfg.MaxDeliver))
+		r.handoverIdle(ctx, ready.RunID, "max-deliver", fmt.Sprintf("step event delivered %d times (max deliver %d)", delivered, r.cfg.MaxDeliver))
 		_ = m.TermWithReason("max deliver reached")
 		return
 	}
