@@ -297,6 +297,7 @@ var everyStream = []string{assets.StreamRuns, assets.StreamSteps, assets.StreamS
 // reads a stale stream, and the outbox and the saga are read through such consumers
 // (events.ReadSubject), which therefore read on until the stream leader's last message.
 func TestClusterLeadersFail(t *testing.T) {
+	t.Parallel() // mostly waiting for elections (once 15 s, once 147 s here): see TestMain
 	h, c := newClusterNight(t)
 	for _, name := range everyStream {
 		info, err := clusterStreamInfo(h.js, name, time.Minute)

@@ -54,11 +54,13 @@ func TestMain(m *testing.M) {
 	}
 	// The tests marked parallel spend most of their time waiting (a step stalled for a
 	// minute, a relay down, a stop's grace) while their nights idle; the ones that keep the
-	// machine busy take a night slot (takeNightSlot, two at once). So more of them may run
-	// at once than the two cores the default allows, unless -test.parallel says otherwise.
+	// machine busy take a night slot (takeNightSlot, two at once), and a test waiting for a
+	// slot holds a parallel one. So many more may run at once than the two cores the default
+	// allows, unless -test.parallel says otherwise: every waiting test runs beside the crash
+	// matrix instead of after it.
 	flag.Parse()
 	if !flagSet("test.parallel") {
-		_ = flag.Set("test.parallel", "6")
+		_ = flag.Set("test.parallel", "16")
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

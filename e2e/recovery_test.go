@@ -300,6 +300,7 @@ func runMatrix(t *testing.T, want nightOutcome, list []string) {
 // The crash matrix, sampled: every step boundary, and entries first / 24 / last of the
 // ledger and the stock, first / middle / last of the debit notes.
 func TestCrashMatrix(t *testing.T) {
+	t.Parallel() // beside the waiting tests; its nights take the night slots
 	want, truth := referenceNight(t)
 	writes := []string{faults.BeforeWrite, faults.AfterWrite}
 	entries, notes := len(truth.Adjustments), len(truth.DebitNotes)

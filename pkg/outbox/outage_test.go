@@ -161,6 +161,59 @@ func TestHangingWebhookDoesNotHoldUpOtherMail(t *testing.T) {
 	stop()
 }
 
+// Two copies of one message in hand at once (a resume's requeued copy beside the original,
+// still being retried) go out once: the second waits for the first copy's turn, instead of
+// taking its sending mark for a dead sender's.
+func TestTwoCopiesOfAMessageInHandAtOnceGoOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var calls, hanging atomic.Int64
+	release := make(chan struct{})
+	var once sync.Once
+	unhang := func() { once.Do(func() { close(release) }) }
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		hanging.Add(1)
+		defer hanging.Add(-1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(hook.Close)
+	t.Cleanup(unhang)
+
+	first := message("run-a", "handover", "run-a:handover:post-ledger:10:webhook")
+	first.To = []string{hook.URL}
+	again := first
+	again.Requeue = 7 // the copy a resume queues again: another event id, the same key
+	stop := runSender(t, f, outbox.SenderConfig{
+		Transport: outbox.Routed{Webhook: outbox.WebhookTransport{Client: &http.Client{Timeout: 5 * time.Minute}}},
+		Timeout:   5 * time.Minute,
+	})
+	f.queue(t, first)
+	until(t, time.Minute, "the webhook called", func() bool { return hanging.Load() > 0 })
+	f.queue(t, again)
+	// The second copy is delivered to the sender and handed back while the first one hangs.
+	until(t, time.Minute, "the second copy tried", func() bool {
+		info, err := f.cons.Info(testContext(t))
+		return err == nil && info.Delivered.Consumer >= 3
+	})
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("the webhook was called %d times while the first copy's call hung, want 1", n)
+	}
+	unhang()
+	until(t, time.Minute, "the message sent", func() bool { return f.markOf(t, first) == outbox.Sent })
+	until(t, time.Minute, "both copies settled", func() bool {
+		info, err := f.cons.Info(testContext(t))
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	})
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("the webhook was called %d times, want 1", n)
+	}
+	stop()
+}
+
 // The notice of a run whose record cannot be trusted (corrupt, another epoch) is exactly
 // the one a person needs: it is delivered, while the run's own mail waits.
 func TestNoticeOfAnUntrustedRecordIsDelivered(t *testing.T) {

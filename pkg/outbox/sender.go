@@ -42,6 +42,34 @@ type Sender struct {
 	kv jetstream.KeyValue // looked up on first use
 
 	deliveries atomic.Int64 // deliveries begun by this sender: the n of its fault points
+
+	// inHand holds the keys of the messages this sender's turns are working on. Two copies
+	// of one message (a resume's requeued copy beside the original still being retried) in
+	// two turns at once would each take the other's sending mark for a dead sender's and
+	// both deliver: the second copy waits for the first turn instead.
+	handMu sync.Mutex
+	inHand map[string]struct{}
+}
+
+// take claims m's key for this turn; false when another turn of this sender has it.
+func (s *Sender) take(m Message) bool {
+	k := MarkKey(m.RunID, m.Key)
+	s.handMu.Lock()
+	defer s.handMu.Unlock()
+	if _, busy := s.inHand[k]; busy {
+		return false
+	}
+	if s.inHand == nil {
+		s.inHand = make(map[string]struct{})
+	}
+	s.inHand[k] = struct{}{}
+	return true
+}
+
+func (s *Sender) drop(m Message) {
+	s.handMu.Lock()
+	defer s.handMu.Unlock()
+	delete(s.inHand, MarkKey(m.RunID, m.Key))
 }
 
 // NewSender checks c, fills its defaults and returns a Sender.
@@ -84,7 +112,10 @@ func (s *Sender) Handle(ctx context.Context, msg jetstream.Msg) error {
 	log := s.c.Logger.With(slog.String(attrRunID, m.RunID), slog.String(attrKey, m.Key), slog.String(attrStep, m.Step))
 
 	kv, err := s.bucket(ctx)
-	if err == nil {
+	if err == nil && !s.take(m) {
+		err = fmt.Errorf("delivering %q: another turn of this sender has it: %w", m.Key, errBusy)
+	} else if err == nil {
+		defer s.drop(m)
 		var out outcome
 		var reason string
 		out, reason, err = s.process(ctx, kv, msg, m)
