@@ -13,10 +13,11 @@ import (
 
 // The record's budget (kvcheckpoint, "The record's budget"), as the runner keeps it:
 //
-//   - a commit puts an output inline only while kc.Room of the committed record stays ≥ 0,
-//     and lists parked items only while the next step keeps its room (kc.StepRoom); what
-//     does not fit goes to the artifact store (fitOutputs), decided from the record the
-//     commit is applied to, so the same record always gets the same choice;
+//   - a commit puts an output inline while kc.Room of the committed record stays ≥ 0, or,
+//     short of that, while the next step keeps its room (kc.StepRoom) and no snapshot is
+//     inline; it lists parked items only while the next step keeps its room; what does not
+//     fit goes to the artifact store (fitOutputs), decided from the record the commit is
+//     applied to, so the same record always gets the same choice;
 //   - before a step does anything (before its lease, so before any outside effect) it checks
 //     that the record, with its lease, its commit and a failure, fits (roomFor); a record
 //     without that room first has its inline outputs moved out (makeRoom), and a record that
@@ -38,8 +39,22 @@ func (r *Runner) fitOutputs(ctx context.Context, a *Attempt, base *kc.Record, re
 		r.applyCommit(n, a, res, o)
 		return n
 	}
-	for kc.Room(committed()) < 0 {
-		ptr := largestInline(o.output, o.snapshot)
+	for {
+		n := committed()
+		if kc.Room(n) >= 0 {
+			break
+		}
+		// Short of the whole promise, an output may still stay inline while the next step
+		// keeps its room: that step, or a later one, moves it out (makeRoom) only if it finds
+		// the record short of room, before it does anything. The snapshot, which makeRoom
+		// does not move, goes out first.
+		if (o.snapshot == nil || len(o.snapshot.Inline) == 0) && kc.StepRoom(n, n.Next(a.Step)) >= listMargin {
+			break
+		}
+		ptr := o.snapshot
+		if ptr == nil || len(ptr.Inline) == 0 {
+			ptr = largestInline(o.output)
+		}
 		if ptr == nil {
 			break
 		}
