@@ -26,6 +26,8 @@ func (c *canonical) canonicalRecord(r *Record) (ok bool) {
 		c.strPtr(a.By)
 		*w = append(*w, `,"plan_digest":`...)
 		c.string(a.PlanDigest)
+		*w = append(*w, `,"since":`...)
+		c.string(a.Since)
 		*w = append(*w, `,"step":`...)
 		c.string(a.Step)
 		*w = append(*w, '}')
@@ -66,6 +68,20 @@ func (c *canonical) canonicalRecord(r *Record) (ok bool) {
 	c.string(r.Params.Warehouse)
 	*w = append(*w, `},"pipeline":`...)
 	c.strings(r.Pipeline)
+	*w = append(*w, `,"progress":`...)
+	if g := r.Progress; g == nil {
+		*w = append(*w, "null"...)
+	} else {
+		*w = append(*w, `{"count":`...)
+		ok = c.int(int64(g.Count)) && ok
+		*w = append(*w, `,"no_progress":`...)
+		ok = c.int(int64(g.NoProgress)) && ok
+		*w = append(*w, `,"step":`...)
+		c.string(g.Step)
+		*w = append(*w, '}')
+	}
+	*w = append(*w, `,"progressed_at":`...)
+	c.string(r.ProgressedAt)
 	*w = append(*w, `,"requests":`...)
 	c.strings(r.Requests)
 	*w = append(*w, `,"restarts":`...)

@@ -77,3 +77,27 @@ func TestDecodeSchema2Upgrades(t *testing.T) {
 		t.Fatalf("upgraded: schema %d, commands %#v; want %d and none", got.Schema, got.Commands, kc.Schema)
 	}
 }
+
+// A schema-3 record has no progressed_at, approval.since or progress: they read as the
+// record's last write, and null.
+func TestDecodeSchema3Upgrades(t *testing.T) {
+	r := fullRecord()
+	b, err := kc.Encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := resealed(t, b, func(m map[string]json.RawMessage) {
+		m["schema"] = json.RawMessage("3")
+		delete(m, "progressed_at")
+		delete(m, "progress")
+		m["approval"] = json.RawMessage(`{"at":null,"by":null,"plan_digest":"sha256:aa","step":"post-ledger"}`)
+	})
+	got, err := kc.Decode(old)
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	if got.Schema != kc.Schema || got.ProgressedAt != r.UpdatedAt || got.Approval == nil || got.Approval.Since != r.UpdatedAt || got.Progress != nil {
+		t.Fatalf("upgraded: schema %d, progressed_at %q, approval %+v, progress %+v; want %d, %q, since %q, null",
+			got.Schema, got.ProgressedAt, got.Approval, got.Progress, kc.Schema, r.UpdatedAt, r.UpdatedAt)
+	}
+}

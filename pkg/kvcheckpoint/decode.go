@@ -40,6 +40,8 @@ func decodeRecord(b []byte) (*Record, bool) {
 			ok = d.str((*string)(&r.Status))
 		case "pipeline":
 			ok = d.strings(&r.Pipeline)
+		case "progressed_at":
+			ok = d.str(&r.ProgressedAt)
 		case "steps":
 			ok = d.steps(&r.Steps)
 		case "source_fingerprint":
@@ -64,6 +66,8 @@ func decodeRecord(b []byte) (*Record, bool) {
 			ok = d.undo(&r.Undo)
 		case "commands":
 			ok = d.commands(&r.Commands)
+		case "progress":
+			ok = d.progress(&r.Progress)
 		case "sum":
 			ok = d.str(&r.Sum)
 		default:
@@ -650,10 +654,43 @@ func (d *decoder) approval(p **Approval) bool {
 			ok = d.str(&a.Step)
 		case "plan_digest":
 			ok = d.str(&a.PlanDigest)
+		case "since":
+			ok = d.str(&a.Since)
 		case "by":
 			ok = d.strPtr(&a.By)
 		case "at":
 			ok = d.strPtr(&a.At)
+		default:
+			ok = false
+		}
+		if !ok {
+			return false
+		}
+	}
+}
+
+func (d *decoder) progress(p **Progress) bool {
+	if d.null() {
+		*p = nil
+		return true
+	}
+	g := &Progress{}
+	*p = g
+	for first := true; ; {
+		key, done, ok := d.member(&first)
+		if !ok {
+			return false
+		}
+		if done {
+			return true
+		}
+		switch string(key) {
+		case "step":
+			ok = d.str(&g.Step)
+		case "count":
+			ok = d.integer(&g.Count)
+		case "no_progress":
+			ok = d.integer(&g.NoProgress)
 		default:
 			ok = false
 		}

@@ -11,7 +11,7 @@ import (
 
 // Schema is the version of the record layout this package writes. It reads every earlier
 // one and upgrades it in memory (see upgrade.go); a later one is ErrNewerSchema.
-const Schema = 3
+const Schema = 4
 
 // Status is a run's status.
 type Status string
@@ -49,6 +49,7 @@ type Record struct {
 	Epoch             string           `json:"epoch"`
 	Status            Status           `json:"status"`
 	Pipeline          []string         `json:"pipeline"`
+	ProgressedAt      string           `json:"progressed_at"` // schema 4: the run's last progress, by the writer's clock
 	Steps             map[string]*Step `json:"steps"`
 	SourceFingerprint *string          `json:"source_fingerprint"`
 	StockSnapshot     *Output          `json:"stock_snapshot"`
@@ -61,6 +62,7 @@ type Record struct {
 	Handover          *string          `json:"handover"`
 	Undo              *Undo            `json:"undo"`
 	Commands          []Command        `json:"commands"` // schema 3
+	Progress          *Progress        `json:"progress"` // schema 4; null until an attempt of the current step counts it
 	Sum               string           `json:"sum"`
 }
 
@@ -110,6 +112,15 @@ type Effects struct {
 	IntentsOpen int `json:"intents_open"`
 }
 
+// Progress is the loop guard's count for the run's current step: what the step had made
+// durable (answers memoised, keys written, items parked, messages queued, as the step counts
+// it) when its latest attempt began, and how many attempts in a row ended with no more.
+type Progress struct {
+	Step       string `json:"step"`
+	Count      int    `json:"count"`
+	NoProgress int    `json:"no_progress"`
+}
+
 // Parked is one item a step set aside, with the reason.
 type Parked struct {
 	Item   string `json:"item"`
@@ -135,6 +146,7 @@ type Lease struct {
 type Approval struct {
 	Step       string  `json:"step"`
 	PlanDigest string  `json:"plan_digest"`
+	Since      string  `json:"since"` // schema 4: when the wait began, by the writer's clock
 	By         *string `json:"by"`
 	At         *string `json:"at"`
 }
@@ -169,16 +181,17 @@ const maxCommandArgs = 256
 // New returns the record of a run that has just been started: every step pending.
 func New(runID string, p Params, pipeline []string, createdAt string) *Record {
 	r := &Record{
-		Schema:    Schema,
-		RunID:     runID,
-		Params:    p,
-		CreatedAt: createdAt,
-		UpdatedAt: createdAt,
-		Status:    Running,
-		Pipeline:  slices.Clone(pipeline),
-		Steps:     make(map[string]*Step, len(pipeline)),
-		Requests:  []string{},
-		Commands:  []Command{},
+		Schema:       Schema,
+		RunID:        runID,
+		Params:       p,
+		CreatedAt:    createdAt,
+		UpdatedAt:    createdAt,
+		ProgressedAt: createdAt,
+		Status:       Running,
+		Pipeline:     slices.Clone(pipeline),
+		Steps:        make(map[string]*Step, len(pipeline)),
+		Requests:     []string{},
+		Commands:     []Command{},
 	}
 	for _, s := range pipeline {
 		r.Steps[s] = NewStep()
@@ -206,9 +219,10 @@ func (r *Record) Clone() *Record {
 	c.Lease = clonePtr(r.Lease)
 	c.Requests = slices.Clone(r.Requests)
 	if a := r.Approval; a != nil {
-		c.Approval = &Approval{Step: a.Step, PlanDigest: a.PlanDigest, By: clonePtr(a.By), At: clonePtr(a.At)}
+		c.Approval = &Approval{Step: a.Step, PlanDigest: a.PlanDigest, Since: a.Since, By: clonePtr(a.By), At: clonePtr(a.At)}
 	}
 	c.Handover = clonePtr(r.Handover)
+	c.Progress = clonePtr(r.Progress)
 	if u := r.Undo; u != nil {
 		cu := *u
 		cu.Scope = slices.Clone(u.Scope)

@@ -32,7 +32,9 @@ func fullRecord() *kc.Record {
 	r.Restarts = 1
 	r.Generation = 2
 	r.AddRequest("start-1")
-	r.Approval = &kc.Approval{Step: "post-ledger", PlanDigest: "sha256:aa", By: kc.Ptr("asha"), At: kc.Ptr("2026-10-13T23:00:00Z")}
+	r.Approval = &kc.Approval{Step: "post-ledger", PlanDigest: "sha256:aa", Since: "2026-10-13T22:40:00Z", By: kc.Ptr("asha"), At: kc.Ptr("2026-10-13T23:00:00Z")}
+	r.ProgressedAt = "2026-10-13T22:40:00Z"
+	r.Progress = &kc.Progress{Step: "post-ledger", Count: 12, NoProgress: 1}
 	r.Handover = kc.Ptr("h-1")
 	r.Undo = &kc.Undo{RequestID: "undo-1", Scope: json.RawMessage(`{"steps":["post-ledger"]}`), Cursor: 3, Reversed: 2, Total: 40, PreviousStatus: kc.Running}
 	if _, err := r.Wait(kc.Command{Verb: "resume", RequestID: "resume-1", By: "/cairn/cli", At: "2026-10-13T23:01:00Z", Args: json.RawMessage(`{"after_fix":true}`)}); err != nil {
@@ -105,7 +107,7 @@ func sorted(s ...string) []string { return slices.Sorted(slices.Values(s)) }
 func TestEncodeFieldsOfDesign(t *testing.T) {
 	recordKeys := sorted("schema", "run_id", "params", "created_at", "epoch", "status", "pipeline", "steps",
 		"source_fingerprint", "stock_snapshot", "lease", "next_action", "restarts", "generation", "requests",
-		"approval", "handover", "undo", "commands", "updated_at", "sum")
+		"approval", "handover", "undo", "commands", "updated_at", "progressed_at", "progress", "sum")
 	stepKeys := sorted("status", "attempts", "started_at", "finished_at", "output", "input_fingerprint", "versions",
 		"token", "effects", "parked", "parked_count", "parked_artifact", "last_error")
 	versionKeys := sorted("code", "prompt", "schema", "model")
@@ -119,7 +121,7 @@ func TestEncodeFieldsOfDesign(t *testing.T) {
 		if got := keys(t, b); !slices.Equal(got, recordKeys) {
 			t.Fatalf("record members = %v, want %v", got, recordKeys)
 		}
-		for _, k := range []string{"source_fingerprint", "stock_snapshot", "lease", "approval", "handover", "undo"} {
+		for _, k := range []string{"source_fingerprint", "stock_snapshot", "lease", "approval", "handover", "undo", "progress"} {
 			if string(rec[k]) != "null" {
 				t.Errorf("%s = %s, want null", k, rec[k])
 			}
@@ -163,7 +165,8 @@ func TestEncodeFieldsOfDesign(t *testing.T) {
 		for k, want := range map[string][]string{
 			"params":         sorted("warehouse", "date", "shadow"),
 			"lease":          sorted("owner", "owner_inbox", "token", "step", "write_id"),
-			"approval":       sorted("step", "plan_digest", "by", "at"),
+			"approval":       sorted("step", "plan_digest", "since", "by", "at"),
+			"progress":       sorted("step", "count", "no_progress"),
 			"undo":           sorted("request_id", "scope", "cursor", "reversed", "total", "previous_status"),
 			"stock_snapshot": sorted("object", "digest", "size"),
 		} {

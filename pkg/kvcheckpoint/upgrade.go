@@ -18,6 +18,7 @@ const NewerSchemaRetry = 5 * time.Second
 var upgrades = [Schema]func(r *Record){
 	1: func(r *Record) { r.UpdatedAt = r.CreatedAt }, // 1→2: updated_at, not known before: the creation
 	2: func(r *Record) { r.Commands = []Command{} },  // 2→3: commands; none waited before
+	3: upgrade3,                                      // 3→4: progressed_at, approval.since, progress
 }
 
 // checkSchema upgrades a decoded record of an earlier schema in memory; a record of a later
@@ -53,4 +54,14 @@ func newerSchema(b []byte) error {
 		return knownSchema(head.Schema)
 	}
 	return nil
+}
+
+// upgrade3: schema 4 adds when the run last progressed and when an approval's wait began,
+// not known before: the record's last write, the latest a stored record can show. The
+// loop guard's progress (null) is counted afresh by the current step's next attempt.
+func upgrade3(r *Record) {
+	r.ProgressedAt = r.UpdatedAt
+	if r.Approval != nil {
+		r.Approval.Since = r.UpdatedAt
+	}
 }

@@ -54,6 +54,16 @@ func asSchema1(t *testing.T, r *kc.Record) []byte {
 	return resealed(t, b, func(m map[string]json.RawMessage) {
 		m["schema"] = json.RawMessage("1")
 		delete(m, "updated_at")
+		delete(m, "progressed_at")
+		delete(m, "progress")
+		if string(m["approval"]) != "null" {
+			var a map[string]json.RawMessage
+			if err := json.Unmarshal(m["approval"], &a); err != nil {
+				t.Fatal(err)
+			}
+			delete(a, "since")
+			m["approval"], _ = json.Marshal(a)
+		}
 	})
 }
 
@@ -84,7 +94,10 @@ func TestDecodeSchema1Upgrades(t *testing.T) {
 			if want.Schema != 1 || bytes.Contains(b, []byte(`"updated_at"`)) {
 				t.Fatalf("not a schema-1 record: %s", b)
 			}
-			want.Schema, want.UpdatedAt, want.Commands = kc.Schema, want.CreatedAt, []kc.Command{}
+			want.Schema, want.UpdatedAt, want.Commands, want.ProgressedAt = kc.Schema, want.CreatedAt, []kc.Command{}, want.CreatedAt
+			if want.Approval != nil {
+				want.Approval.Since = want.CreatedAt
+			}
 			got, err := kc.Decode(b)
 			if err != nil {
 				t.Fatalf("Decode: %v", err)
