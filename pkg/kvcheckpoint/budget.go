@@ -145,7 +145,7 @@ func room(p *Record, ahead []string, others bool) int {
 			p.Requests = append(p.Requests, strings.Repeat("r", requestLen))
 		}
 		if p.Approval == nil {
-			p.Approval = &Approval{Step: strings.Repeat("s", longest), PlanDigest: strings.Repeat("d", digestLen), By: grow(nil, planByLen), At: grow(nil, stampLen)}
+			p.Approval = &Approval{Step: strings.Repeat("s", longest), PlanDigest: strings.Repeat("d", digestLen), Since: growString("", stampLen), By: grow(nil, planByLen), At: grow(nil, stampLen)}
 		}
 		if p.Undo == nil {
 			p.Undo = &Undo{RequestID: strings.Repeat("r", requestLen), Scope: []byte(`"` + strings.Repeat("s", scopeLen) + `"`), Cursor: bigCount, Reversed: bigCount, Total: bigCount, PreviousStatus: WaitingApproval}

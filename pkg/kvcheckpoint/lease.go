@@ -45,7 +45,7 @@ func (s *Store) Take(ctx context.Context, rec *Record, rev uint64, owner Owner, 
 	if prepare != nil {
 		prepare(next)
 	}
-	s.stamp(next)
+	s.stamp(rec, next)
 	b, err := encodeFit(next)
 	if err != nil {
 		return nil, err
@@ -94,7 +94,7 @@ func (h *Holder) Write(ctx context.Context, fn func(r *Record) error) error {
 		if next.Lease != nil {
 			next.Lease.WriteID = writeID()
 		}
-		h.store.stamp(next)
+		h.store.stamp(h.rec, next)
 		b, err := encodeFit(next)
 		if err != nil {
 			return err
@@ -132,7 +132,7 @@ func (h *Holder) Write(ctx context.Context, fn func(r *Record) error) error {
 	}
 }
 
-// Renew writes a fresh write_id: the heartbeat.
+// Renew writes a fresh write_id: the heartbeat, which is not progress (progressed_at stays).
 func (h *Holder) Renew(ctx context.Context) error {
 	return h.Write(ctx, func(*Record) error { return nil })
 }

@@ -20,7 +20,8 @@ const Bucket = "cairn-runs"
 const EpochKey = "cairn.epoch"
 
 // Store reads and writes checkpoint records in a KV bucket. Every write is a compare-and-set,
-// and every write stores the record in the current Schema with updated_at set.
+// and every write stores the record in the current Schema with updated_at set, and
+// progressed_at when it is progress (Progressed).
 type Store struct {
 	nc     *nats.Conn
 	kv     jetstream.KeyValue
@@ -35,7 +36,7 @@ type Store struct {
 // Option changes how a Store behaves.
 type Option func(*Store)
 
-// WithClock sets the clock of updated_at (default time.Now).
+// WithClock sets the clock of updated_at, progressed_at and approval.since (default time.Now).
 func WithClock(now func() time.Time) Option {
 	return func(s *Store) {
 		if now != nil {
@@ -68,13 +69,6 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, opts ...Op
 	return s, nil
 }
 
-// stamp marks a record about to be written: the current schema (a record read in an earlier
-// one was upgraded in memory) and the time of the write.
-func (s *Store) stamp(r *Record) {
-	r.Schema = Schema
-	r.UpdatedAt = s.now().UTC().Format(time.RFC3339Nano)
-}
-
 // Epoch is the bucket's epoch, which every record carries.
 func (s *Store) Epoch() string { return s.epoch }
 
@@ -87,7 +81,7 @@ func (s *Store) KV() jetstream.KeyValue { return s.kv }
 
 // Create writes the first record of a run; ErrExists when the run has one already.
 func (s *Store) Create(ctx context.Context, r *Record) (uint64, error) {
-	s.stamp(r)
+	s.stamp(nil, r)
 	r.Epoch = s.epoch
 	b, err := Encode(r)
 	if err != nil {
@@ -197,7 +191,7 @@ func (s *Store) MutateFrom(ctx context.Context, cur *Record, rev uint64, runID s
 		if err := fn(next); err != nil {
 			return cur, rev, err
 		}
-		s.stamp(next)
+		s.stamp(cur, next)
 		b, err := encodeFit(next)
 		if err != nil {
 			return nil, 0, err
