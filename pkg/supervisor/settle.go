@@ -165,7 +165,7 @@ func (s *Supervisor) sweepFinishing(ctx context.Context, w watched) error {
 		_, err := Settle(ctx, s.cfg.JS, s.cfg.Store, s.cfg.Marks, runID, s.cfg.Now)
 		return err
 	}
-	unchanged := func(r *kc.Record) bool { return progress(r) == w.progress }
+	unchanged := w.unchanged
 	var refused []Pending
 	for _, p := range pending {
 		if p.Mark == outbox.Refused {
@@ -181,7 +181,7 @@ func (s *Supervisor) sweepFinishing(ctx context.Context, w watched) error {
 		cause := fmt.Errorf("outbox message refused for good: %s; fix the cause, then cairn resume %s sends it again", strings.Join(parts, "; "), runID)
 		return s.handOver(ctx, runID, "", reasonOutboxRefused, cause, unchanged)
 	}
-	if waited := s.cfg.Now().Sub(w.since); waited >= s.cfg.OutboxStall {
+	if waited := s.cfg.Now().Sub(w.progress.began()); waited >= s.cfg.OutboxStall {
 		keys := make([]string, 0, len(pending))
 		for _, p := range pending {
 			// The run's own prefix is left out, so the note names every key within its limit.

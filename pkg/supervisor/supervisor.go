@@ -39,7 +39,8 @@ type Config struct {
 	TakeoverGap time.Duration // default 500ms
 	Sweep       time.Duration // how often the checkpoints are swept; default 1s
 	// StallTimeout hands over a running or finishing run whose record made no progress
-	// (lease renewals do not count) for this long; default 10m.
+	// (kvcheckpoint.Progressed: lease renewals do not count) for this long, counted from its
+	// progressed_at (timers.go); default 10m.
 	StallTimeout time.Duration
 	// OutboxStall hands over a finishing run whose mail is still undelivered this long after
 	// its last progress, naming the messages; default 15m. A message refused for good hands
@@ -47,7 +48,8 @@ type Config struct {
 	OutboxStall time.Duration
 	// ReassignLimit hands over a run instead of reassigning its step once more; default 5.
 	ReassignLimit int
-	// ApprovalTimeout hands over a run that waited for approval this long; default 24h.
+	// ApprovalTimeout hands over a run that waited for approval this long, counted from its
+	// approval.since; default 24h.
 	ApprovalTimeout time.Duration
 	Now             func() time.Time
 	Logger          *slog.Logger
@@ -71,13 +73,13 @@ type Supervisor struct {
 	runs map[string]watched     // run -> its latest record, kept by a watch on the bucket
 }
 
-// watched is a run's latest record as the bucket's watch delivered it, and since when (by
-// the supervisor's clock) it has made no progress.
+// watched is a run's latest record as the bucket's watch delivered it, since when it has
+// made no progress, and since when it waits for a person (timers.go).
 type watched struct {
 	rec      *kc.Record
 	rev      uint64
-	progress string // the record without its lease renewal
-	since    time.Time
+	progress timer
+	approval timer // while the run waits for approval
 }
 
 // observation is what a sweep saw of a run, and when by the supervisor's own clock.

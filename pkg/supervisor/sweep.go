@@ -32,24 +32,15 @@ func (s *Supervisor) observe(e jetstream.KeyValueEntry) {
 		delete(s.seen, e.Key())
 		return
 	}
-	w := watched{rec: rec, rev: e.Revision(), progress: progress(rec), since: s.cfg.Now()}
-	if prev, ok := s.runs[e.Key()]; ok && prev.progress == w.progress {
-		w.since = prev.since // a lease renewal is not progress
-	}
+	w := watched{rec: rec, rev: e.Revision()}
+	prev, ok := s.runs[e.Key()]
+	w.progress, w.approval = timers(prev, ok, rec, s.cfg.Now())
 	s.runs[e.Key()] = w
 }
 
-// progress is the record as far as progress goes: everything but a renewal's write id and
-// the time of the write.
-func progress(rec *kc.Record) string {
-	r := rec.Clone()
-	r.Sum, r.UpdatedAt = "", "" // every write sets updated_at, a renewal too
-	if r.Lease != nil {
-		r.Lease.WriteID = ""
-	}
-	b, _ := json.Marshal(r)
-	return string(b)
-}
+// unchanged reports whether r has made no progress since the sweep saw w: a handover for
+// what the sweep saw is written only then.
+func (w watched) unchanged(r *kc.Record) bool { return !kc.Progressed(w.rec, r) }
 
 // SweepOnce looks once at every run that is running or finishing, as the watch last saw it.
 // At start (startup true) it asks every lease owner whether it is alive, so a restarted
@@ -72,10 +63,9 @@ func (s *Supervisor) SweepOnce(ctx context.Context, startup bool) {
 			return
 		}
 		if now := s.cfg.Now(); w.rec.Status == kc.WaitingApproval {
-			if now.Sub(w.since) >= s.cfg.ApprovalTimeout {
+			if now.Sub(w.approval.began()) >= s.cfg.ApprovalTimeout {
 				cause := fmt.Errorf("no one approved or rejected the plan of %s for %s (CAIRN_APPROVAL_TIMEOUT)", w.rec.Approval.Step, s.cfg.ApprovalTimeout)
-				unchanged := func(r *kc.Record) bool { return progress(r) == w.progress }
-				if err := s.handOver(ctx, w.rec.RunID, w.rec.Approval.Step, reasonApprovalTimeout, cause, unchanged); err != nil {
+				if err := s.handOver(ctx, w.rec.RunID, w.rec.Approval.Step, reasonApprovalTimeout, cause, w.unchanged); err != nil {
 					s.log.Warn("handing over an unanswered approval", slog.String("run_id", w.rec.RunID), slog.Any("error", err))
 				}
 			}
@@ -93,10 +83,9 @@ func (s *Supervisor) SweepOnce(ctx context.Context, startup bool) {
 			}
 			continue
 		}
-		if now := s.cfg.Now(); w.rec.Status != kc.Undoing && now.Sub(w.since) >= s.cfg.StallTimeout {
-			cause := fmt.Errorf("no progress for %s (CAIRN_STALL_TIMEOUT %s): status %s, waiting on %s", now.Sub(w.since).Round(time.Second), s.cfg.StallTimeout, w.rec.Status, cmpStep(w.rec.Current()))
-			unchanged := func(r *kc.Record) bool { return progress(r) == w.progress }
-			if err := s.handOver(ctx, w.rec.RunID, w.rec.Current(), reasonStall, cause, unchanged); err != nil {
+		if now := s.cfg.Now(); w.rec.Status != kc.Undoing && now.Sub(w.progress.began()) >= s.cfg.StallTimeout {
+			cause := fmt.Errorf("no progress for %s (CAIRN_STALL_TIMEOUT %s): status %s, waiting on %s", now.Sub(w.progress.began()).Round(time.Second), s.cfg.StallTimeout, w.rec.Status, cmpStep(w.rec.Current()))
+			if err := s.handOver(ctx, w.rec.RunID, w.rec.Current(), reasonStall, cause, w.unchanged); err != nil {
 				s.log.Warn("handing over a stalled run", slog.String("run_id", w.rec.RunID), slog.Any("error", err))
 			}
 			continue
