@@ -1,7 +1,9 @@
 package kvcheckpoint
 
 import (
-	"reflect"
+	"bytes"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -16,22 +18,73 @@ func Progressed(before, after *Record) bool {
 	if before == nil || after == nil {
 		return before != after
 	}
-	if !sameLease(before.Lease, after.Lease) {
-		return true
-	}
-	b, a := *before, *after // shallow copies: only their own top-level fields are cleared
-	b.UpdatedAt, a.UpdatedAt = "", ""
-	b.ProgressedAt, a.ProgressedAt = "", ""
-	b.Sum, a.Sum = "", ""
-	b.Lease, a.Lease = nil, nil
-	return !reflect.DeepEqual(b, a)
+	return !sameProgress(before, after)
 }
 
+// sameProgress compares field by field (a reflect.DeepEqual of the record costs as much as
+// encoding it, on every write); TestProgressedSeesEveryField fails when a field is added
+// to the record and not here.
+func sameProgress(x, y *Record) bool {
+	return x.Schema == y.Schema && x.RunID == y.RunID && x.Params == y.Params && x.CreatedAt == y.CreatedAt &&
+		x.Epoch == y.Epoch && x.Status == y.Status && slices.Equal(x.Pipeline, y.Pipeline) &&
+		maps.EqualFunc(x.Steps, y.Steps, sameStep) && eqPtr(x.SourceFingerprint, y.SourceFingerprint) &&
+		sameOutput(x.StockSnapshot, y.StockSnapshot) && sameLease(x.Lease, y.Lease) && x.NextAction == y.NextAction &&
+		x.Restarts == y.Restarts && x.Generation == y.Generation && slices.Equal(x.Requests, y.Requests) &&
+		sameApproval(x.Approval, y.Approval) && eqPtr(x.Handover, y.Handover) && sameUndo(x.Undo, y.Undo) &&
+		slices.EqualFunc(x.Commands, y.Commands, sameCommand) && eqPtr(x.Progress, y.Progress)
+}
+
+func sameStep(x, y *Step) bool {
+	if x == nil || y == nil {
+		return x == y
+	}
+	return x.Status == y.Status && x.Attempts == y.Attempts && eqPtr(x.StartedAt, y.StartedAt) &&
+		eqPtr(x.FinishedAt, y.FinishedAt) && sameOutput(x.Output, y.Output) && eqPtr(x.InputFingerprint, y.InputFingerprint) &&
+		eqPtr(x.Versions.Code, y.Versions.Code) && eqPtr(x.Versions.Prompt, y.Versions.Prompt) &&
+		eqPtr(x.Versions.Schema, y.Versions.Schema) && eqPtr(x.Versions.Model, y.Versions.Model) &&
+		eqPtr(x.Token, y.Token) && eqPtr(x.Effects, y.Effects) && slices.Equal(x.Parked, y.Parked) &&
+		x.ParkedCount == y.ParkedCount && sameOutput(x.ParkedArtifact, y.ParkedArtifact) && eqPtr(x.LastError, y.LastError)
+}
+
+func sameOutput(x, y *Output) bool {
+	if x == nil || y == nil {
+		return x == y
+	}
+	return x.Object == y.Object && bytes.Equal(x.Inline, y.Inline) && x.Digest == y.Digest && x.Size == y.Size
+}
+
+// sameLease: the write_id is left out, a renewal's fresh one.
 func sameLease(x, y *Lease) bool {
 	if x == nil || y == nil {
 		return x == y
 	}
 	return x.Owner == y.Owner && x.OwnerInbox == y.OwnerInbox && x.Token == y.Token && x.Step == y.Step
+}
+
+func sameApproval(x, y *Approval) bool {
+	if x == nil || y == nil {
+		return x == y
+	}
+	return x.Step == y.Step && x.PlanDigest == y.PlanDigest && x.Since == y.Since && eqPtr(x.By, y.By) && eqPtr(x.At, y.At)
+}
+
+func sameUndo(x, y *Undo) bool {
+	if x == nil || y == nil {
+		return x == y
+	}
+	return x.RequestID == y.RequestID && bytes.Equal(x.Scope, y.Scope) && x.Cursor == y.Cursor &&
+		x.Reversed == y.Reversed && x.Total == y.Total && x.PreviousStatus == y.PreviousStatus
+}
+
+func sameCommand(x, y Command) bool {
+	return x.Verb == y.Verb && x.RequestID == y.RequestID && x.By == y.By && x.At == y.At && bytes.Equal(x.Args, y.Args)
+}
+
+func eqPtr[T comparable](x, y *T) bool {
+	if x == nil || y == nil {
+		return x == y
+	}
+	return *x == *y
 }
 
 // stamp marks r, about to be written over prev (nil for a run's first write): the current

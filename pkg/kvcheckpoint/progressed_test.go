@@ -1,6 +1,7 @@
 package kvcheckpoint_test
 
 import (
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -138,5 +139,114 @@ func TestProgressedIgnoresTheTimeOfTheWriteAndTheWriteID(t *testing.T) {
 		if !kc.Progressed(before, next) {
 			t.Errorf("%s: not counted as progress", name)
 		}
+	}
+}
+
+// BenchmarkProgressed is what every write pays to decide progressed_at (the worst case: the
+// records are equal, so every field is compared).
+func BenchmarkProgressed(b *testing.B) {
+	r := benchRecord()
+	next := r.Clone()
+	next.UpdatedAt = "later"
+	b.ReportAllocs()
+	for b.Loop() {
+		if kc.Progressed(r, next) {
+			b.Fatal("progress")
+		}
+	}
+}
+
+// Every field of the record is progress but the time of the write, the sum and the lease's
+// write_id: a field added to the record and not compared by Progressed fails here.
+func TestProgressedSeesEveryField(t *testing.T) {
+	full := &kc.Record{}
+	fill(reflect.ValueOf(full).Elem())
+	notProgress := map[string]bool{".UpdatedAt": true, ".ProgressedAt": true, ".Sum": true, ".Lease.WriteID": true}
+	n := 0
+	leaves(reflect.ValueOf(full).Elem(), "", func(string, reflect.Value) { n++ })
+	if n < 50 {
+		t.Fatalf("%d fields found: the walk is broken", n)
+	}
+	for i := range n {
+		next := full.Clone()
+		var path string
+		j := 0
+		leaves(reflect.ValueOf(next).Elem(), "", func(p string, v reflect.Value) {
+			if j == i {
+				path = p
+				change(v)
+			}
+			j++
+		})
+		if got := kc.Progressed(full, next); got == notProgress[path] {
+			t.Errorf("a change of %s: Progressed = %v", path, got)
+		}
+	}
+}
+
+// fill gives every field of v a value: pointers, one-element slices and maps.
+func fill(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		fill(v.Elem())
+	case reflect.Struct:
+		for i := range v.NumField() {
+			fill(v.Field(i))
+		}
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+		fill(v.Index(0))
+	case reflect.Map:
+		v.Set(reflect.MakeMap(v.Type()))
+		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+		fill(k)
+		fill(e)
+		v.SetMapIndex(k, e)
+	case reflect.String:
+		v.SetString("v")
+	case reflect.Int, reflect.Int64:
+		v.SetInt(1)
+	case reflect.Uint8, reflect.Uint64:
+		v.SetUint(1)
+	case reflect.Bool:
+		v.SetBool(true)
+	default:
+		panic("fill: " + v.Kind().String())
+	}
+}
+
+// leaves calls visit on every settable scalar under v, in a fixed order (maps have one entry).
+func leaves(v reflect.Value, path string, visit func(path string, v reflect.Value)) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		leaves(v.Elem(), path, visit)
+	case reflect.Struct:
+		for i := range v.NumField() {
+			leaves(v.Field(i), path+"."+v.Type().Field(i).Name, visit)
+		}
+	case reflect.Slice:
+		for i := range v.Len() {
+			leaves(v.Index(i), path, visit)
+		}
+	case reflect.Map:
+		for _, k := range v.MapKeys() {
+			leaves(v.MapIndex(k), path+"[]", visit) // a *Step: its fields are settable
+		}
+	default:
+		visit(path, v)
+	}
+}
+
+func change(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(v.String() + "x")
+	case reflect.Int, reflect.Int64:
+		v.SetInt(v.Int() + 1)
+	case reflect.Uint8, reflect.Uint64:
+		v.SetUint(v.Uint() + 1)
+	case reflect.Bool:
+		v.SetBool(!v.Bool())
 	}
 }
