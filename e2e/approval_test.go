@@ -39,12 +39,16 @@ func TestApprovalByNatsPub(t *testing.T) {
 
 	n.dev.Stop(20 * time.Second)
 	n.start(approvalEnv)
-	if out, code := n.cli("status", runID); code != 0 || !strings.Contains(out, "not yet approved") {
-		t.Fatalf("cairn status after the restart (exit %d):\n%s", code, out)
+	if out, code := n.cli("status", runID); code != 0 || !strings.Contains(out, "not yet approved") || !strings.Contains(out, "asked for at "+before.Approval.Since) {
+		t.Fatalf("cairn status after the restart (exit %d), want the wait since %q:\n%s", code, before.Approval.Since, out)
 	}
 	after := n.waitingForApproval()
 	if after.Approval.PlanDigest != before.Approval.PlanDigest {
 		t.Errorf("plan %s after the restart, was %s", after.Approval.PlanDigest, before.Approval.PlanDigest)
+	}
+	// The wait began once: a restart keeps when, so CAIRN_APPROVAL_TIMEOUT goes on counting.
+	if before.Approval.Since == "" || after.Approval.Since != before.Approval.Since {
+		t.Errorf("approval.since %q after the restart, was %q; want it kept", after.Approval.Since, before.Approval.Since)
 	}
 
 	n.publish(events.RunSubject(runID, events.VerbApprove), "")

@@ -42,6 +42,12 @@ type runRow struct {
 	NextAction string `json:"next_action"`
 	Reason     string `json:"reason,omitempty"` // why an untrusted record is not trusted
 	created    time.Time
+
+	// ProgressedAt is when the run last made progress and Idle how long ago (only for a run
+	// the stall timeouts judge); WaitingSince is when a run waiting for approval began to wait.
+	ProgressedAt string `json:"progressed_at,omitempty"`
+	Idle         string `json:"idle,omitempty"`
+	WaitingSince string `json:"waiting_since,omitempty"`
 }
 
 // cmdRuns lists every run in cairn-runs, oldest first.
@@ -100,7 +106,7 @@ func cmdRuns(ctx context.Context, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tSTATUS\tSTEP\tAGE\tRESTARTS\tGEN\tNEXT ACTION")
+	fmt.Fprintln(tw, "RUN\tSTATUS\tSTEP\tAGE\tIDLE\tRESTARTS\tGEN\tNEXT ACTION")
 	for _, r := range rows {
 		step, next := r.Step, r.NextAction
 		switch {
@@ -109,7 +115,7 @@ func cmdRuns(ctx context.Context, args []string) error {
 		case r.Step != "-":
 			step = fmt.Sprintf("%s (%d/%d)", r.Step, r.StepNumber, r.Steps)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", r.RunID, r.Status, step, r.Age, r.Restarts, r.Generation, cutRunes(next, 72))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", r.RunID, r.Status, step, r.Age, cmp.Or(r.Idle, "-"), r.Restarts, r.Generation, cutRunes(next, 72))
 	}
 	return tw.Flush()
 }
@@ -200,6 +206,14 @@ func runRowOf(key string, value []byte, epoch string, now time.Time) runRow {
 		Restarts: r.Restarts, Generation: r.Generation, NextAction: r.NextAction,
 	}
 	row.created, row.Age = age(r.CreatedAt, now)
+	row.ProgressedAt = r.ProgressedAt
+	switch r.Status {
+	case kc.Running, kc.Finishing, kc.Undoing, kc.WaitingApproval: // what the stall timeouts judge
+		_, row.Idle = age(r.ProgressedAt, now)
+	}
+	if a := r.Approval; a != nil && r.Status == kc.WaitingApproval {
+		row.WaitingSince = a.Since
+	}
 	return row
 }
 

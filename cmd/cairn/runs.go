@@ -331,8 +331,8 @@ func printUndelivered(ctx context.Context, js jetstream.JetStream, r *kc.Record)
 }
 
 func printRecord(r *kc.Record, rev uint64) {
-	fmt.Printf("run        %s (revision %d, written %s)\nparams     warehouse %s, date %s, shadow %t\nstatus     %s\nrestarts   %d   generation %d\nnext       %s\n",
-		r.RunID, rev, r.UpdatedAt, r.Params.Warehouse, r.Params.Date, r.Params.Shadow, r.Status, r.Restarts, r.Generation, r.NextAction)
+	fmt.Printf("run        %s (revision %d, written %s, last progress %s)\nparams     warehouse %s, date %s, shadow %t\nstatus     %s\nrestarts   %d   generation %d\nnext       %s\n",
+		r.RunID, rev, r.UpdatedAt, r.ProgressedAt, r.Params.Warehouse, r.Params.Date, r.Params.Shadow, r.Status, r.Restarts, r.Generation, r.NextAction)
 	if r.Lease != nil {
 		fmt.Printf("lease      %s, step %s, token %d\n", r.Lease.Owner, r.Lease.Step, r.Lease.Token)
 	}
@@ -350,7 +350,7 @@ func printRecord(r *kc.Record, rev uint64) {
 				who += " at " + *a.At
 			}
 		}
-		fmt.Printf("approval   step %s, plan %s, %s\n", a.Step, a.PlanDigest, who)
+		fmt.Printf("approval   step %s, plan %s, asked for at %s, %s\n", a.Step, a.PlanDigest, a.Since, who)
 	}
 	fmt.Println("steps:")
 	for i, name := range r.Pipeline {

@@ -10,7 +10,7 @@ import (
 
 // approvalGate is the two phases of a step that waits for a person (DESIGN.md, "Approval").
 // Without an approval of this step it plans: the plan is stored, and in one compare-and-set
-// the run waits (status waiting_approval, approval {step, plan_digest}), the step is pending
+// the run waits (status waiting_approval, approval {step, plan_digest, since}), the step is pending
 // again and the lease released; the message is acked. With an approval it goes on only
 // while a fresh plan has the approved digest; a plan that changed hands the run over.
 func (r *Runner) approvalGate(ctx context.Context, a *Attempt, h *kc.Holder) (settle settleFunc, wait bool) {
@@ -32,7 +32,7 @@ func (r *Runner) approvalGate(ctx context.Context, a *Attempt, h *kc.Holder) (se
 	}
 	err = h.Release(ctx, func(n *kc.Record) error {
 		n.Status = kc.WaitingApproval
-		n.Approval = &kc.Approval{Step: a.Step, PlanDigest: out.Digest}
+		n.Approval = &kc.Approval{Step: a.Step, PlanDigest: out.Digest} // since: the store stamps this write's time
 		n.Step(a.Step).Status = kc.Pending
 		n.NextAction = fmt.Sprintf("waiting for a person to approve the plan of %s (%s, %d bytes): cairn approve %s, or cairn reject %s", a.Step, out.Digest, out.Size, a.RunID, a.RunID)
 		return nil
