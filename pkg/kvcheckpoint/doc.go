@@ -40,7 +40,9 @@
 // "updated_at": it becomes the creation time; schema 2 had no "commands": none waited), and
 // the next write, whoever makes it,
 // stores the current schema. Every write sets "updated_at" by the writer's clock
-// ([WithClock]); it is for people reading the record, and no lease is judged by it.
+// ([WithClock]); it is for people reading the record, and no lease is judged by it. A write
+// that is progress ([Progressed]: a renewal is not) sets "progressed_at" too, and one that
+// begins an approval's wait "approval.since": the supervisor's timeouts count from them.
 //
 // A record of a later schema than this code knows, written by a newer release during a
 // rolling upgrade, is [ErrNewerSchema]: not corrupt, and never written by this code.

@@ -8,6 +8,10 @@
 // the refused and never-claimed messages again first (Requeue); a message with a sending
 // mark is left to its copy on the outbox-sender durable, which never gives one up.
 //
+// The stall timeouts count from the record's progressed_at, the approval timeout from its
+// approval.since, by the supervisor's clock, so a restart does not start them again; how a
+// writer's clock is trusted is timer.began's rule (timers.go).
+//
 // Every action is a compare-and-set on the run's record, so two supervisors at once do no
 // harm. A republish first records itself (a write, audited) and uses that write's revision
 // in its Msg-Id, so deduplication never swallows it.
