@@ -3,14 +3,30 @@ package runner_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/cairnhq/cairn/pkg/assets"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/runner"
 )
+
+// checkedToy is the toy pipeline whose steps after the first check the source.
+var checkedToy = func() pipeline.Definition {
+	d := pipeline.Definition{Name: toy.Name, Steps: slices.Clone(toy.Steps)}
+	d.Steps[1].ChecksSource, d.Steps[2].ChecksSource = true, true
+	return d
+}()
+
+// config is f.config for the pipeline whose later steps check the source.
+func (f *fixture) checkedConfig(step string, impl runner.Step) runner.Config {
+	c := f.config(step, impl)
+	c.Pipeline = checkedToy
+	return c
+}
 
 // checked is a step with a SourceChecker: check says what changed since the run read its
 // source; calls counts the checks.
@@ -40,6 +56,11 @@ func writes(n *atomic.Int32) stepFunc {
 	}
 }
 
+// ended says the run went as far as it goes here.
+func ended(r *kc.Record) bool {
+	return r.Status == kc.HandedOver || r.Status == kc.Finishing || r.Status == kc.Done
+}
+
 // otherProcess is a checkpoint store of its own: a runner on it is another process.
 func (f *fixture) otherProcess(t *testing.T) *kc.Store {
 	t.Helper()
@@ -57,12 +78,12 @@ func TestDriftLeaseFreeStepOfAnotherProcess(t *testing.T) {
 	var wrote atomic.Int32
 	two := &checked{stepFunc: output("two"), changed: []string{"INV-7 (changed)"}}
 	f.run(t, f.config("one", reads()))
-	other := f.config("two", two)
+	other := f.checkedConfig("two", two)
 	other.Store = f.otherProcess(t)
 	f.run(t, other)
 	f.run(t, f.config("three", writes(&wrote)))
 	f.start(t, "r1")
-	rec := f.wait(t, "r1", func(r *kc.Record) bool { return r.Status == kc.HandedOver || r.Status == kc.Finishing || r.Status == kc.Done })
+	rec := f.wait(t, "r1", ended)
 	if rec.Status != kc.HandedOver || rec.Step("two").Status != kc.Failed {
 		t.Fatalf("run %s, step two %s; want handed over at two", rec.Status, rec.Step("two").Status)
 	}
@@ -83,10 +104,10 @@ func TestDriftNoCheckWithinOneProcess(t *testing.T) {
 	two := &checked{stepFunc: output("two"), changed: []string{"INV-7 (changed)"}}
 	three := &checked{stepFunc: writes(&wrote), changed: []string{"INV-7 (changed)"}}
 	f.run(t, f.config("one", reads()))
-	f.run(t, f.config("two", two))
-	f.run(t, f.config("three", three))
+	f.run(t, f.checkedConfig("two", two))
+	f.run(t, f.checkedConfig("three", three))
 	f.start(t, "r1")
-	rec := f.wait(t, "r1", func(r *kc.Record) bool { return r.Status == kc.HandedOver || r.Status == kc.Finishing || r.Status == kc.Done })
+	rec := f.wait(t, "r1", ended)
 	if rec.Status == kc.HandedOver || wrote.Load() != 1 {
 		t.Fatalf("run %s, three wrote %d times; want it finished, written once", rec.Status, wrote.Load())
 	}
@@ -106,9 +127,9 @@ func TestDriftCheckOwedPastAStepWithoutChecker(t *testing.T) {
 	first.Store = f.otherProcess(t) // two starts after a break
 	f.run(t, first)
 	f.run(t, f.config("two", output("two")))
-	f.run(t, f.config("three", three))
+	f.run(t, f.checkedConfig("three", three))
 	f.start(t, "r1")
-	rec := f.wait(t, "r1", func(r *kc.Record) bool { return r.Status == kc.HandedOver || r.Status == kc.Finishing || r.Status == kc.Done })
+	rec := f.wait(t, "r1", ended)
 	if rec.Status != kc.HandedOver || rec.Step("three").Status != kc.Failed || wrote.Load() != 0 {
 		t.Fatalf("run %s, three %s, written %d times; want handed over at three before its write", rec.Status, rec.Step("three").Status, wrote.Load())
 	}
@@ -117,5 +138,16 @@ func TestDriftCheckOwedPastAStepWithoutChecker(t *testing.T) {
 	}
 	if three.calls.Load() != 1 {
 		t.Errorf("three checked %d times, want 1", three.calls.Load())
+	}
+}
+
+// A step whose definition and implementation disagree about checking the source is refused.
+func TestDriftDefinitionMustAgree(t *testing.T) {
+	f := setup(t)
+	if _, err := runner.New(f.config("two", &checked{stepFunc: output("two")})); err == nil {
+		t.Error("a SourceChecker the definition does not declare: accepted")
+	}
+	if _, err := runner.New(f.checkedConfig("two", output("two"))); err == nil {
+		t.Error("a declared source check without a SourceChecker: accepted")
 	}
 }
