@@ -35,25 +35,25 @@ var Pipeline = pipeline.Definition{
 	Steps: []pipeline.Step{
 		{
 			Name: Fetch, Kind: pipeline.SourceRead, Leased: true, Recovery: "cheap to repeat",
-			Checkpoint: "the document list with digests, and the source fingerprint every later step checks",
+			Checkpoint: "the document list with digests, and the source fingerprint every later step checks after a break",
 		},
 		{
-			Name: Extract, Kind: pipeline.ModelCall, Leased: true, Recovery: "each answer memoised; a finished invoice is never asked again",
+			Name: Extract, ChecksSource: true, Kind: pipeline.ModelCall, Leased: true, Recovery: "each answer memoised; a finished invoice is never asked again",
 			Checkpoint:  "every answer word for word (cairn-memo), then the parsed lines",
 			Effects:     "model call per invoice (paid; the model takes no key)",
 			Memo:        "cairn-memo, key <run>.<document digest>.<16 hex of sha256(prompt version + model)>, read before the call, claimed with Create: a second, different answer (two attempts racing) is refused naming both digests and the run handed over, the first staying; the call is audited before it is made",
 			ItemRetries: true, RateLimit: "CAIRN_MODEL_RPS",
 		},
 		{
-			Name: Match, Kind: pipeline.Compute, Recovery: "recomputed from saved inputs",
+			Name: Match, ChecksSource: true, Kind: pipeline.Compute, Recovery: "recomputed from saved inputs",
 			Checkpoint: "line → purchase-order matches (lease-free commit)",
 		},
 		{
-			Name: Compare, Kind: pipeline.SnapshotRead, Leased: true, Recovery: "stock read once, snapshot saved, never re-read",
+			Name: Compare, ChecksSource: true, Kind: pipeline.SnapshotRead, Leased: true, Recovery: "stock read once, snapshot saved, never re-read",
 			Checkpoint: "the stock snapshot (receipts and levels, from the first compare of the night) and the adjustments",
 		},
 		{
-			Name: PostLedger, Kind: pipeline.BusinessWrite, Leased: true, Fenced: true, Recovery: "keys enforced by the ledger; fenced",
+			Name: PostLedger, ChecksSource: true, Kind: pipeline.BusinessWrite, Leased: true, Fenced: true, Recovery: "keys enforced by the ledger; fenced",
 			Checkpoint:   "the entries posted, read back by Verify",
 			Effects:      "ledger rows (ledger_entries)",
 			Key:          "<run>:<invoice>:<line>:<kind> (:g<g> in a rerun), enforced by the ledger's primary key (same payload: no-op; other: handover); fenced",
@@ -61,7 +61,7 @@ var Pipeline = pipeline.Definition{
 			ItemRetries:  true,
 		},
 		{
-			Name: UpdateStock, Kind: pipeline.BusinessWrite, Leased: true, Fenced: true, Recovery: "keys enforced by the stock store; fenced",
+			Name: UpdateStock, ChecksSource: true, Kind: pipeline.BusinessWrite, Leased: true, Fenced: true, Recovery: "keys enforced by the stock store; fenced",
 			Checkpoint:   "the adjustments applied, read back by Verify",
 			Effects:      "stock adjustments (stock_adjustments and stock_levels, one transaction)",
 			Key:          "<run>:stock:<invoice>:<line>:<kind> (:g<g> in a rerun), enforced by the stock store's primary key (same payload: no-op; other: handover); fenced",
@@ -69,7 +69,7 @@ var Pipeline = pipeline.Definition{
 			ItemRetries:  true,
 		},
 		{
-			Name: DebitNotes, Kind: pipeline.OutsideMessage, Leased: true, Irreversible: true, Recovery: "outbox; after every reversible write",
+			Name: DebitNotes, ChecksSource: true, Kind: pipeline.OutsideMessage, Leased: true, Irreversible: true, Recovery: "outbox; after every reversible write",
 			Checkpoint:   "the notes queued and their keys",
 			Effects:      "mail: a debit note per supplier, through the outbox",
 			Key:          "<run>:debit:<supplier> (:g<g> in a rerun): the outbox Msg-Id, and the sender's mark in cairn-outbox-sent claimed with Create; a restart's note with another text than its saga intent recorded is refused (both digests): handover",
@@ -77,7 +77,7 @@ var Pipeline = pipeline.Definition{
 			ItemRetries:  true,
 		},
 		{
-			Name: Report, Kind: pipeline.OutsideMessage, Leased: true, Irreversible: true, Recovery: "outbox",
+			Name: Report, ChecksSource: true, Kind: pipeline.OutsideMessage, Leased: true, Irreversible: true, Recovery: "outbox",
 			Checkpoint:   "the summary sent, and its key",
 			Effects:      "mail: the summary to finance, through the outbox",
 			Key:          "<run>:report (:g<g> in a rerun): the outbox Msg-Id, and the sender's mark claimed with Create; another text under the key is refused (both digests): handover",

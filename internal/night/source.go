@@ -37,16 +37,27 @@ func (s fetchStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, 
 }
 
 // sourceCheck re-hashes the documents a run read and names those that changed. Every step
-// after fetch embeds it, so a restart of any of them checks the source first.
+// after fetch uses it (ChecksSource in Pipeline), so any of them that starts after a break
+// (a restart, a resume, a reassignment, another process: the runner's drift rule) checks
+// the source first. The re-hashed list is compared with the run's fingerprint first; the
+// fetch output, a list of every document, is read only when they differ, to name what
+// changed.
 type sourceCheck struct{ e *Env }
 
+func (s matchStep) CheckSource(ctx context.Context, a *runner.Attempt, fp string) ([]string, error) {
+	return sourceCheck(s).CheckSource(ctx, a, fp)
+}
+
 func (s sourceCheck) CheckSource(ctx context.Context, a *runner.Attempt, fingerprint string) ([]string, error) {
-	var f fetchOutput
-	if err := input(ctx, a, Fetch, &f); err != nil {
-		return nil, err
-	}
 	now, err := recon.ListDocuments(s.e.InboxDir, a.Params.Warehouse, a.Params.Date)
 	if err != nil {
+		return nil, err
+	}
+	if recon.SourceFingerprint(now) == fingerprint {
+		return nil, nil
+	}
+	var f fetchOutput
+	if err := input(ctx, a, Fetch, &f); err != nil {
 		return nil, err
 	}
 	was := map[string]string{}

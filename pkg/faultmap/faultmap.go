@@ -78,6 +78,9 @@ type StepMap struct {
 	Compensation string        `json:"compensation"`
 	Retry        Retry         `json:"retry"`
 	Approval     bool          `json:"approval"`
+	// Drift is when the step checks the run's source (pipeline.Step.ChecksSource, as the
+	// runner reads it): "source" for the step that reads it, "after a break", or "".
+	Drift string `json:"drift"`
 }
 
 // GapKind names a kind of gap.
@@ -93,6 +96,7 @@ const (
 	NoCompensation      GapKind = "no-compensation"
 	SnapshotNotSaved    GapKind = "snapshot-not-saved"
 	UnknownApprovalStep GapKind = "unknown-approval-step"
+	UncheckedDrift      GapKind = "write-without-source-check"
 )
 
 // Gap is a way the pipeline can do harm under a fault: its kind, the step, and a sentence.
@@ -132,9 +136,13 @@ func Analyze(d pipeline.Definition, s Settings) (Map, error) {
 			N: i + 1, Name: st.Name, Kind: st.Kind, Leased: st.Leased, Fenced: st.Fenced, Irreversible: st.Irreversible,
 			Recovery: st.Recovery, Checkpoints: st.Checkpoint != "", Checkpoint: st.Checkpoint, Effects: st.Effects,
 			Key: st.Key, Memo: st.Memo, Compensation: st.Compensation, Retry: r,
-			Approval: slices.Contains(s.ApprovalSteps, st.Name),
+			Approval: slices.Contains(s.ApprovalSteps, st.Name), Drift: driftOf(st),
 		}
 		m.Gaps = append(m.Gaps, stepGaps(st, r, d.Steps[i+1:])...)
+		if st.Writes() && !st.ChecksSource && slices.ContainsFunc(d.Steps[:i], pipeline.Step.SourceRead) {
+			m.Gaps = append(m.Gaps, Gap{UncheckedDrift, st.Name, st.Name + " writes outside (" + effects(st) +
+				") after the source is read but never checks it: after a resume, a restart or a reassignment it writes from documents that may have changed."})
+		}
 	}
 	for _, name := range s.ApprovalSteps {
 		if _, ok := d.Step(name); !ok {
@@ -191,4 +199,20 @@ func effects(st pipeline.Step) string {
 		return "unnamed"
 	}
 	return st.Effects
+}
+
+// Drift points: when a step checks the run's source.
+const (
+	DriftSource     = "source"        // the step reads the source and records its fingerprint
+	DriftAfterBreak = "after a break" // checked before the step runs when the run continues after a break
+)
+
+func driftOf(st pipeline.Step) string {
+	switch {
+	case st.SourceRead():
+		return DriftSource
+	case st.ChecksSource:
+		return DriftAfterBreak
+	}
+	return ""
 }

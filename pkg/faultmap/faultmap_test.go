@@ -268,3 +268,37 @@ func TestJSONShape(t *testing.T) {
 		}
 	}
 }
+
+// The drift points come from the definition: the source step, the steps that check it
+// after a break, and a gap for a step that writes after the source is read without checking.
+func TestDriftPoints(t *testing.T) {
+	t.Parallel()
+	m, err := faultmap.Analyze(night.Pipeline, defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range m.Steps {
+		want := faultmap.DriftAfterBreak
+		if st.Name == night.Fetch {
+			want = faultmap.DriftSource
+		}
+		if st.Drift != want {
+			t.Errorf("step %s drift %q, want %q", st.Name, st.Drift, want)
+		}
+	}
+	d := pipeline.Definition{Name: "drift", Steps: []pipeline.Step{
+		{Name: "read", Kind: pipeline.SourceRead, Leased: true, Checkpoint: "list"},
+		{Name: "post", Kind: pipeline.BusinessWrite, Leased: true, Fenced: true, Checkpoint: "keys", Effects: "rows", Key: "k", Compensation: "rev"},
+	}}
+	m, err = faultmap.Analyze(d, defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Gaps) != 1 || m.Gaps[0].Kind != faultmap.UncheckedDrift || m.Gaps[0].Step != "post" {
+		t.Errorf("gaps %+v, want one %s on post", m.Gaps, faultmap.UncheckedDrift)
+	}
+	d.Steps[1].ChecksSource = true
+	if m, err = faultmap.Analyze(d, defaults()); err != nil || len(m.Gaps) != 0 {
+		t.Errorf("with its check: gaps %+v (%v), want none", m.Gaps, err)
+	}
+}

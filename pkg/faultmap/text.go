@@ -32,6 +32,7 @@ func (m Map) WriteText(w io.Writer) error {
 		row("retries", retryText(st.Retry))
 		row("rate limit", rateText(st.Retry))
 		row("approval", approvalText(st.Approval))
+		row("source drift", driftText(st.Drift))
 	}
 	if len(m.Gaps) == 0 {
 		fmt.Fprintln(tw, "\ngaps: none")
@@ -103,6 +104,16 @@ func retryText(r Retry) string {
 	}
 	return fmt.Sprintf("%s × %d attempts (waits %s): worst case %d calls of one item in %s, at most %d in one second; crashes included, at most %d per step event",
 		per, r.Attempts, durations(r.AttemptBackoffMS), r.WorstCalls, time.Duration(r.WorstMS)*time.Millisecond, r.PeakPerSecond, r.CrashCapCalls)
+}
+
+func driftText(d string) string {
+	switch d {
+	case DriftSource:
+		return "reads the source: its fingerprint is what later steps check"
+	case DriftAfterBreak:
+		return "re-hashed before the step runs whenever the run continues after a break (a resume, a rerun, a reassignment, a restart, a retry, another process); a change hands the run over naming the documents"
+	}
+	return "not checked here (a break here is checked by the next step that checks)"
 }
 
 func approvalText(waits bool) string {

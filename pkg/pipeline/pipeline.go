@@ -58,6 +58,10 @@ type Step struct {
 	// RateLimit names the setting that declares the outside system's calls per second
 	// ("CAIRN_MODEL_RPS"); empty: none declared.
 	RateLimit string
+	// ChecksSource: the step checks the run's source for drift (its implementation is a
+	// runner.SourceChecker) whenever the run continues after a break, before it runs. The
+	// runner refuses a step whose implementation says otherwise, and checks only such steps.
+	ChecksSource bool
 }
 
 // HasEffects reports whether the step acts outside Cairn: it names effects, or declares
@@ -67,6 +71,10 @@ func (s Step) HasEffects() bool { return s.Effects != "" || s.Irreversible }
 // Writes reports whether the step writes to an outside system: it has effects and is not
 // a model call (a call that changes nothing outside, though it costs).
 func (s Step) Writes() bool { return s.HasEffects() && s.Kind != ModelCall }
+
+// SourceRead reports whether the step reads the run's source, whose fingerprint the
+// steps that check the source compare with.
+func (s Step) SourceRead() bool { return s.Kind == SourceRead }
 
 // ReversibleWrites reports whether the step writes to an outside system and an undo can
 // reverse what it wrote.

@@ -31,6 +31,7 @@ type Attempt struct {
 	log      *slog.Logger // carries run_id, step and token
 	began    time.Time
 	hbPaused atomic.Bool
+	drift    driftState
 }
 
 // Record returns the checkpoint as it was when the attempt began.

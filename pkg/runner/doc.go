@@ -7,10 +7,10 @@
 //  2. Load the checkpoint; a corrupt or foreign record is handed over by its note alone.
 //  3. Run only a running run's next step of the event's generation; a verified step is
 //     confirmed from the stream leader and its successor's event published again.
-//  4. Take the lease (leased steps), counting a restart when the step was in progress, and on
-//     a restart check the source and the loop guard. A live lease of another owner is left
-//     alone; an owner proven gone (two "no responders" answers) is released and its step
-//     published again.
+//  4. Take the lease (leased steps), counting a restart when the step was in progress; after a
+//     break check the source (below), and on a restart the loop guard. A live lease of another
+//     owner is left alone; an owner proven gone (two "no responders" answers) is released and
+//     its step published again.
 //  5. Raise the fences of the databases the step writes.
 //  6. Run the step with a heartbeat that renews the lease and the message.
 //  7. Every outside write carries its key and the token (the step's business).
@@ -26,6 +26,21 @@
 // not read back at point 2 (kvcheckpoint's Store.LoadAt): the commit and the lease take
 // are compare-and-sets on that revision, so a record that moved on since refuses them and
 // is read then.
+//
+// # Drift
+//
+// Whenever a run continues after a break, a step that checks the source
+// (pipeline.Step.ChecksSource, a SourceChecker) compares it with the run's fingerprint
+// before it does anything, lease-free steps included; a change is ErrSourceChanged, naming
+// the documents, and hands the run over before any outside write. A step continues
+// without a break only when the record it starts from is, unchanged, the commit of the
+// step before made by this process (kvcheckpoint's Store.MarkCommit and CommittedHere);
+// a resume, a rerun, a reassignment or any event the supervisor published, a restart, a
+// retry, and a step taken by another process are breaks. A commit is marked only when its
+// attempt vouched for the source (it continued, checked, read the source itself, or the
+// run has no fingerprint yet), so a break at a step that cannot check is checked by the
+// next one. Under one process for every step (cairn dev) a night without faults checks
+// nothing after its first step; under one service per step every later step checks.
 //
 // # Concurrency
 //

@@ -25,7 +25,12 @@ func (r *Runner) runLeaseFree(ctx context.Context, m jetstream.Msg, rec *kc.Reco
 		})
 	}
 	a := r.newAttempt(rec, rev, redelivered)
-	res, err := r.runWithHeartbeat(ctx, m, a, nil)
+	a.drift.continued = r.continues(rec.RunID, rev, redelivered)
+	var res *Result
+	err := r.checkDrift(ctx, a, rec)
+	if err == nil {
+		res, err = r.runWithHeartbeat(ctx, m, a, nil)
+	}
 	if err == nil {
 		if v, ok := r.cfg.Step.(Verifier); ok {
 			if verr := v.Verify(ctx, a, res); verr != nil {

@@ -112,6 +112,7 @@ func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.Step
 		return nakAfter(time.Second)
 	}
 	a := r.newAttempt(rec, h.Token(), restart)
+	a.drift.continued = r.continues(run, rev, restart)
 	r.auditStep(a, "step.started", h.Token(), "")
 	if change != "" {
 		r.auditStep(a, "version.changed", h.Token(), change)
@@ -136,6 +137,9 @@ func (r *Runner) newAttempt(rec *kc.Record, token uint64, restart bool) *Attempt
 // hold runs a leased attempt from the restart checks to the commit.
 func (r *Runner) hold(ctx context.Context, m jetstream.Msg, a *Attempt, h *kc.Holder) settleFunc {
 	cur, _ := h.Record()
+	if err := r.checkDrift(ctx, a, cur); err != nil {
+		return r.fail(ctx, a, h, err)
+	}
 	if a.Restart {
 		if err := r.restartChecks(ctx, a, cur); err != nil {
 			return r.fail(ctx, a, h, err)
@@ -203,6 +207,7 @@ func (r *Runner) afterCommit(ctx context.Context, a *Attempt, committed *kc.Reco
 	}
 	if committed.Status == kc.Running {
 		if next := committed.Next(a.Step); next != "" {
+			r.markCommit(a, committed, crev)
 			if err := a.Fault(ctx, faults.BeforeNextPublish, 0); err != nil {
 				a.log.Warn("fault before next publish", slog.Any("error", err))
 			}
@@ -323,17 +328,8 @@ func (r *Runner) overParkLimit(res *Result) string {
 	return ""
 }
 
-// restartChecks: the source fingerprint, and the loop guard.
+// restartChecks: the loop guard (the source is checked before, by checkDrift: drift.go).
 func (r *Runner) restartChecks(ctx context.Context, a *Attempt, cur *kc.Record) error {
-	if sc, ok := r.cfg.Step.(SourceChecker); ok && cur.SourceFingerprint != nil {
-		changed, err := sc.CheckSource(ctx, a, *cur.SourceFingerprint)
-		if err != nil {
-			return fmt.Errorf("re-hashing the source: %w", err)
-		}
-		if len(changed) > 0 {
-			return Permanent(fmt.Errorf("%w since the run read it: %v", ErrSourceChanged, changed))
-		}
-	}
 	if s := cur.Step(a.Step); s.Attempts >= r.cfg.LoopGuard {
 		last := ""
 		if s.LastError != nil {

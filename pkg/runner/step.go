@@ -27,7 +27,10 @@ type Verifier interface {
 	Verify(ctx context.Context, a *Attempt, r *Result) error
 }
 
-// SourceChecker re-hashes a run's source on a restart and names what changed.
+// SourceChecker checks a run's source against the fingerprint its source step recorded and
+// names what changed; the runner calls it whenever the run continues after a break, before
+// the step does anything (the drift rule, drift.go). A step that is one says so in its
+// definition (pipeline.Step.ChecksSource).
 type SourceChecker interface {
 	CheckSource(ctx context.Context, a *Attempt, fingerprint string) (changed []string, err error)
 }
