@@ -38,7 +38,7 @@ func (s fetchStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, 
 
 // sourceCheck re-hashes the documents a run read and names those that changed. Every step
 // after fetch uses it (ChecksSource in Pipeline), so any of them that starts after a break
-// (a restart, a resume, a reassignment, another process: the runner's drift rule) checks
+// (a restart, a resume, a reassignment, a write since the commit: the runner's drift rule) checks
 // the source first. The re-hashed list is compared with the run's fingerprint first; the
 // fetch output, a list of every document, is read only when they differ, to name what
 // changed.

@@ -101,6 +101,10 @@ type StepReady struct {
 	RunID      string `json:"run_id"`
 	Step       string `json:"step"`
 	Generation int    `json:"generation"`
+	// Vouched is the revision of the commit that scheduled the step, when the attempt that
+	// made it vouches that the run's source is unchanged since it was read (the runner's
+	// drift rule); 0 from any other publisher, such as the supervisor.
+	Vouched uint64 `json:"vouched,omitempty"`
 }
 
 // Audit is the data of [TypeAudit], one line of a run's timeline.

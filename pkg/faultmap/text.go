@@ -111,7 +111,7 @@ func driftText(d string) string {
 	case DriftSource:
 		return "reads the source: its fingerprint is what later steps check"
 	case DriftAfterBreak:
-		return "re-hashed before the step runs whenever the run continues after a break (a resume, a rerun, a reassignment, a restart, a retry, another process); a change hands the run over naming the documents"
+		return "re-hashed before the step runs whenever the run continues after a break (a resume, a rerun, a reassignment, a restart, a retry, a write since the commit); a change hands the run over naming the documents"
 	}
 	return "not checked here (a break here is checked by the next step that checks)"
 }

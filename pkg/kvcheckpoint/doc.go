@@ -94,10 +94,6 @@
 // write is a compare-and-set on the revision read, so a write based on it is refused
 // and the writer reads the latest then.
 //
-// A store also remembers, per run, the last commit its process goes on from itself
-// ([Store.MarkCommit]); [Store.CommittedHere] tells a step that the record it read is that
-// very commit, unchanged (the runner's drift rule: no break, no source check).
-//
 // # A step's states
 //
 //	            Take                     commit (Release)

@@ -13,9 +13,6 @@ const maxWritten = 4096
 type written struct {
 	mu sync.Mutex
 	m  map[string]writtenRecord
-	// commits is, per run, the revision of the last commit this process goes on from
-	// itself (MarkCommit).
-	commits map[string]uint64
 }
 
 type writtenRecord struct {
@@ -69,34 +66,4 @@ func (s *Store) LoadAt(ctx context.Context, runID string, rev uint64) (rec *Reco
 	}
 	rec, at, err = s.Load(ctx, runID)
 	return rec, at, false, err
-}
-
-// MarkCommit says that revision rev of the run, which this store wrote, is a commit that
-// this process goes on from itself: the step it scheduled runs here, without a break (the
-// runner's drift rule). A later mark of the run replaces it.
-func (s *Store) MarkCommit(runID string, rev uint64) {
-	w := &s.written
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.commits == nil {
-		w.commits = map[string]uint64{}
-	}
-	if _, ok := w.commits[runID]; !ok && len(w.commits) >= maxWritten {
-		for k := range w.commits { // forget one at random: its next step counts as a break
-			delete(w.commits, k)
-			break
-		}
-	}
-	w.commits[runID] = rev
-}
-
-// CommittedHere reports whether revision rev of the run is the last commit marked by
-// MarkCommit in this store: a record read at that revision has not changed since this
-// process committed it.
-func (s *Store) CommittedHere(runID string, rev uint64) bool {
-	w := &s.written
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	at, ok := w.commits[runID]
-	return ok && rev != 0 && at == rev
 }

@@ -33,14 +33,14 @@
 // (pipeline.Step.ChecksSource, a SourceChecker) compares it with the run's fingerprint
 // before it does anything, lease-free steps included; a change is ErrSourceChanged, naming
 // the documents, and hands the run over before any outside write. A step continues
-// without a break only when the record it starts from is, unchanged, the commit of the
-// step before made by this process (kvcheckpoint's Store.MarkCommit and CommittedHere);
-// a resume, a rerun, a reassignment or any event the supervisor published, a restart, a
-// retry, and a step taken by another process are breaks. A commit is marked only when its
-// attempt vouched for the source (it continued, checked, read the source itself, or the
-// run has no fingerprint yet), so a break at a step that cannot check is checked by the
-// next one. Under one process for every step (cairn dev) a night without faults checks
-// nothing after its first step; under one service per step every later step checks.
+// without a break only when the record it starts from is, unchanged, the commit that
+// scheduled it and its event says the committing attempt vouched for the source
+// (events.StepReady.Vouched); a resume, a rerun, a reassignment or any event the
+// supervisor published, a crash between a commit and its event, a restart, a retry, and
+// any write since the commit are breaks. A commit vouches only when its attempt continued,
+// checked, read the source itself, or the run has no fingerprint yet, so a break at a step
+// that cannot check is checked by the next one. A night without faults checks its source
+// at no step after fetch, in one process (cairn dev) or with one service per step.
 //
 // # Concurrency
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
 
@@ -11,20 +12,22 @@ import (
 // before the step does anything (fences, approval, outside writes).
 //
 // A step continues without a break when the record it starts from is, unchanged, the
-// commit of the step before it made by this very process (kvcheckpoint's
-// Store.MarkCommit and CommittedHere: the revision it read is the one this process
-// committed and marked). Everything else is a break: a restart (the step was in progress,
-// or a lease-free step's event came back), a resume, a rerun, a reassignment or any event
-// the supervisor published (each is its own write), a retry after a failed attempt (the
-// failure is a write), and a step taken by another process, which under one service per
-// step is every step but the first. Under cairn dev, one process running every step, a
-// night without faults has no break after its first step.
+// commit that scheduled it, and the attempt that made that commit vouched for the source:
+// the step's event carries the commit's revision in events.StepReady.Vouched, and the
+// revision read is that one. Everything else is a break: a restart (the step was in
+// progress, or a lease-free step's event came back), a resume, a rerun, a reassignment or
+// any event the supervisor published (it vouches for nothing, and most are their own write),
+// a crash between a commit and its step event (the supervisor publishes it), a retry after
+// a failed attempt (the failure is a write), and any write to the record since the commit.
+// A step handed on from one service to the next in the ordinary way is no break, whether
+// both run in one process (cairn dev) or in two: a night without faults checks its source
+// at no step after fetch.
 //
-// A commit is marked only when its attempt vouches for the source: it continued without a
-// break, or it checked the source, or it read the source itself (it set the fingerprint),
-// or the run has no fingerprint to check. A step without a SourceChecker that starts
-// after a break leaves its commit unmarked, so the next step counts a break and checks:
-// the check owed by a break is never lost on the way to the first step that writes.
+// A commit vouches when its attempt continued without a break, or checked the source, or
+// read the source itself (it set the fingerprint), or the run has no fingerprint to check.
+// A step without a SourceChecker that starts after a break does not vouch, so the next step
+// counts a break and checks: the check owed by a break is never lost on the way to the
+// first step that writes.
 
 // checksSourceAgrees checks that the pipeline's definition of the step (ChecksSource) and
 // its implementation (a SourceChecker) agree, so that `cairn faultmap` prints what runs.
@@ -41,14 +44,14 @@ func checksSourceAgrees(c Config) error {
 
 // driftState is what an attempt knows of the drift rule.
 type driftState struct {
-	continued bool // it starts from this process's marked commit of the step before
+	continued bool // it starts, unchanged, from the vouched commit that scheduled it
 	vouched   bool // its commit may be marked: the next step continues from it
 }
 
-// continues reports whether a step of run that starts from revision rev, restart or not,
-// continues from this process's own commit of the step before it.
-func (r *Runner) continues(runID string, rev uint64, restart bool) bool {
-	return !restart && r.cfg.Store.CommittedHere(runID, rev)
+// continues reports whether a step whose event is ready and that starts from revision
+// rev, restart or not, continues without a break from a vouched commit.
+func continues(ready events.StepReady, rev uint64, restart bool) bool {
+	return !restart && ready.Vouched != 0 && ready.Vouched == rev
 }
 
 // checkDrift applies the drift rule to an attempt that starts from cur: after a break a
@@ -76,13 +79,13 @@ func (r *Runner) checkDrift(ctx context.Context, a *Attempt, cur *kc.Record) err
 	return nil
 }
 
-// markCommit marks a commit the next step may continue from, when the attempt vouches
-// for the source or set the fingerprint itself; it runs before the next step's event is
-// published.
-func (r *Runner) markCommit(a *Attempt, committed *kc.Record, crev uint64) {
+// vouches is the revision to carry in the next step's event as vouched (crev), or 0 when
+// the attempt that committed it does not vouch for the source.
+func (r *Runner) vouches(a *Attempt, committed *kc.Record, crev uint64) uint64 {
 	read := committed.SourceFingerprint != nil &&
 		(a.rec.SourceFingerprint == nil || *a.rec.SourceFingerprint != *committed.SourceFingerprint)
 	if a.drift.vouched || read {
-		r.cfg.Store.MarkCommit(committed.RunID, crev)
+		return crev
 	}
+	return 0
 }

@@ -71,18 +71,32 @@ func (f *fixture) otherProcess(t *testing.T) *kc.Store {
 	return s
 }
 
-// A lease-free step taken by another process after the source changed checks it and
-// hands the run over naming the document; the writing step after it never runs.
-func TestDriftLeaseFreeStepOfAnotherProcess(t *testing.T) {
+// breakAfter waits until step is verified and writes the record once more (as the
+// supervisor or a command would), so that the next step's event no longer names the
+// revision it starts from: a break.
+func (f *fixture) breakAfter(t *testing.T, runID, step string) {
+	t.Helper()
+	f.wait(t, runID, func(r *kc.Record) bool { return r.Step(step).Status == kc.Verified })
+	if _, _, err := f.store.Mutate(context.Background(), runID, func(r *kc.Record) error {
+		r.NextAction = "written between two steps"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A lease-free step that starts after a break (the record written since the commit that
+// scheduled it) checks the source and hands the run over naming the document; the
+// writing step after it never runs.
+func TestDriftLeaseFreeStepAfterABreak(t *testing.T) {
 	f := setup(t)
 	var wrote atomic.Int32
 	two := &checked{stepFunc: output("two"), changed: []string{"INV-7 (changed)"}}
 	f.run(t, f.config("one", reads()))
-	other := f.checkedConfig("two", two)
-	other.Store = f.otherProcess(t)
-	f.run(t, other)
-	f.run(t, f.config("three", writes(&wrote)))
 	f.start(t, "r1")
+	f.breakAfter(t, "r1", "one")
+	f.run(t, f.checkedConfig("two", two))
+	f.run(t, f.config("three", writes(&wrote)))
 	rec := f.wait(t, "r1", ended)
 	if rec.Status != kc.HandedOver || rec.Step("two").Status != kc.Failed {
 		t.Fatalf("run %s, step two %s; want handed over at two", rec.Status, rec.Step("two").Status)
@@ -95,40 +109,47 @@ func TestDriftLeaseFreeStepOfAnotherProcess(t *testing.T) {
 	}
 }
 
-// One process running every step checks nothing on a night without breaks: each step
-// continues from its own commit of the step before (a checker that would refuse is never
-// asked).
-func TestDriftNoCheckWithinOneProcess(t *testing.T) {
-	f := setup(t)
-	var wrote atomic.Int32
-	two := &checked{stepFunc: output("two"), changed: []string{"INV-7 (changed)"}}
-	three := &checked{stepFunc: writes(&wrote), changed: []string{"INV-7 (changed)"}}
-	f.run(t, f.config("one", reads()))
-	f.run(t, f.checkedConfig("two", two))
-	f.run(t, f.checkedConfig("three", three))
-	f.start(t, "r1")
-	rec := f.wait(t, "r1", ended)
-	if rec.Status == kc.HandedOver || wrote.Load() != 1 {
-		t.Fatalf("run %s, three wrote %d times; want it finished, written once", rec.Status, wrote.Load())
-	}
-	if two.calls.Load()+three.calls.Load() != 0 {
-		t.Errorf("checks: two %d, three %d; want none", two.calls.Load(), three.calls.Load())
+// Steps handed on in the ordinary way check nothing on a night without breaks, whether
+// they run in one process or in several (each its own store): the event of each step
+// vouches for the commit it starts from (a checker that would refuse is never asked).
+func TestDriftNoCheckWithoutABreak(t *testing.T) {
+	for _, processes := range []string{"one process", "a process per step"} {
+		t.Run(processes, func(t *testing.T) {
+			f := setup(t)
+			var wrote atomic.Int32
+			two := &checked{stepFunc: output("two"), changed: []string{"INV-7 (changed)"}}
+			three := &checked{stepFunc: writes(&wrote), changed: []string{"INV-7 (changed)"}}
+			f.run(t, f.config("one", reads()))
+			c2, c3 := f.checkedConfig("two", two), f.checkedConfig("three", three)
+			if processes != "one process" {
+				c2.Store, c3.Store = f.otherProcess(t), f.otherProcess(t)
+			}
+			f.run(t, c2)
+			f.run(t, c3)
+			f.start(t, "r1")
+			rec := f.wait(t, "r1", ended)
+			if rec.Status == kc.HandedOver || wrote.Load() != 1 {
+				t.Fatalf("run %s, three wrote %d times; want it finished, written once", rec.Status, wrote.Load())
+			}
+			if two.calls.Load()+three.calls.Load() != 0 {
+				t.Errorf("checks: two %d, three %d; want none", two.calls.Load(), three.calls.Load())
+			}
+		})
 	}
 }
 
 // A break at a step that cannot check the source (no SourceChecker) leaves the check owed:
-// the next step checks though it runs in the same process as that step, and the run is
-// handed over before the write.
+// the next step checks though nothing broke between the two, and the run is handed over
+// before the write.
 func TestDriftCheckOwedPastAStepWithoutChecker(t *testing.T) {
 	f := setup(t)
 	var wrote atomic.Int32
 	three := &checked{stepFunc: writes(&wrote), changed: []string{"INV-7 (gone)"}}
-	first := f.config("one", reads())
-	first.Store = f.otherProcess(t) // two starts after a break
-	f.run(t, first)
+	f.run(t, f.config("one", reads()))
+	f.start(t, "r1")
+	f.breakAfter(t, "r1", "one") // two starts after a break
 	f.run(t, f.config("two", output("two")))
 	f.run(t, f.checkedConfig("three", three))
-	f.start(t, "r1")
 	rec := f.wait(t, "r1", ended)
 	if rec.Status != kc.HandedOver || rec.Step("three").Status != kc.Failed || wrote.Load() != 0 {
 		t.Fatalf("run %s, three %s, written %d times; want handed over at three before its write", rec.Status, rec.Step("three").Status, wrote.Load())

@@ -9,23 +9,24 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
 
 // runLeaseFree runs a step that takes no lease: it commits with one compare-and-set on the
 // revision it read; on a conflict it re-reads, and a verified step means another did it.
-func (r *Runner) runLeaseFree(ctx context.Context, m jetstream.Msg, rec *kc.Record, rev uint64, redelivered bool) settleFunc {
+func (r *Runner) runLeaseFree(ctx context.Context, m jetstream.Msg, ready events.StepReady, rec *kc.Record, rev uint64, redelivered bool) settleFunc {
 	if kc.StepRoom(rec, r.cfg.StepName) < 0 {
 		return r.noRoom(ctx, rec, rev, func() settleFunc {
 			cur, crev, err := r.cfg.Store.Load(ctx, rec.RunID)
 			if err != nil {
 				return nakAfter(time.Second)
 			}
-			return r.runLeaseFree(ctx, m, cur, crev, redelivered)
+			return r.runLeaseFree(ctx, m, ready, cur, crev, redelivered)
 		})
 	}
 	a := r.newAttempt(rec, rev, redelivered)
-	a.drift.continued = r.continues(rec.RunID, rev, redelivered)
+	a.drift.continued = continues(ready, rev, redelivered)
 	var res *Result
 	err := r.checkDrift(ctx, a, rec)
 	if err == nil {

@@ -61,7 +61,7 @@ func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.Step
 		return ack
 	}
 	if !r.def.Leased {
-		return r.runLeaseFree(ctx, m, rec, rev, redelivered)
+		return r.runLeaseFree(ctx, m, ready, rec, rev, redelivered)
 	}
 	if rec.Lease != nil {
 		if r.ownerGone(ctx, rec.Lease) {
@@ -112,7 +112,7 @@ func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.Step
 		return nakAfter(time.Second)
 	}
 	a := r.newAttempt(rec, h.Token(), restart)
-	a.drift.continued = r.continues(run, rev, restart)
+	a.drift.continued = continues(ready, rev, restart)
 	r.auditStep(a, "step.started", h.Token(), "")
 	if change != "" {
 		r.auditStep(a, "version.changed", h.Token(), change)
@@ -207,11 +207,11 @@ func (r *Runner) afterCommit(ctx context.Context, a *Attempt, committed *kc.Reco
 	}
 	if committed.Status == kc.Running {
 		if next := committed.Next(a.Step); next != "" {
-			r.markCommit(a, committed, crev)
+			vouched := r.vouches(a, committed, crev)
 			if err := a.Fault(ctx, faults.BeforeNextPublish, 0); err != nil {
 				a.log.Warn("fault before next publish", slog.Any("error", err))
 			}
-			if f, err := r.publishStepAsync(ctx, committed.RunID, next, committed.Generation, crev); err != nil {
+			if f, err := r.publishStepAsync(ctx, committed.RunID, next, committed.Generation, crev, vouched); err != nil {
 				a.log.Warn("publishing the next step; the supervisor will move the run on", slog.Any("error", err))
 			} else {
 				late = append(late, f)

@@ -27,7 +27,7 @@ func PublishStep(ctx context.Context, js jetstream.JetStream, source, runID, ste
 // duplicate of one published under the same Msg-Id within its window. The event carries the
 // trace context of ctx (or the run's own trace) in its traceparent.
 func PublishStepAck(ctx context.Context, js jetstream.JetStream, source, runID, step string, generation int, rev uint64, now time.Time) (duplicate bool, err error) {
-	m, err := stepMsg(ctx, source, runID, step, generation, rev, now)
+	m, err := stepMsg(ctx, source, runID, step, generation, rev, 0, now)
 	if err != nil {
 		return false, err
 	}
@@ -38,10 +38,11 @@ func PublishStepAck(ctx context.Context, js jetstream.JetStream, source, runID, 
 	return ack.Duplicate, nil
 }
 
-// stepMsg is a step's event, ready to publish.
-func stepMsg(ctx context.Context, source, runID, step string, generation int, rev uint64, now time.Time) (*nats.Msg, error) {
+// stepMsg is a step's event, ready to publish; vouched is rev when the publisher vouches
+// for the source (drift.go), else 0.
+func stepMsg(ctx context.Context, source, runID, step string, generation int, rev, vouched uint64, now time.Time) (*nats.Msg, error) {
 	id := events.StepReadyID(runID, step, rev)
-	e, err := events.New(id, events.TypeStepReady, source, runID, now, events.StepReady{RunID: runID, Step: step, Generation: generation})
+	e, err := events.New(id, events.TypeStepReady, source, runID, now, events.StepReady{RunID: runID, Step: step, Generation: generation, Vouched: vouched})
 	if err != nil {
 		return nil, fmt.Errorf("building step event %q: %w", id, err)
 	}
@@ -70,9 +71,10 @@ func (r *Runner) publishStep(ctx context.Context, runID, step string, generation
 	return PublishStep(ctx, r.cfg.JS, "/cairn/"+r.cfg.Service, runID, step, generation, rev, r.cfg.Now())
 }
 
-// publishStepAsync publishes a step's event as publishStep does, without waiting for its ack.
-func (r *Runner) publishStepAsync(ctx context.Context, runID, step string, generation int, rev uint64) (jetstream.PubAckFuture, error) {
-	m, err := stepMsg(ctx, "/cairn/"+r.cfg.Service, runID, step, generation, rev, r.cfg.Now())
+// publishStepAsync publishes a step's event as publishStep does, without waiting for its
+// ack; vouched as stepMsg's.
+func (r *Runner) publishStepAsync(ctx context.Context, runID, step string, generation int, rev, vouched uint64) (jetstream.PubAckFuture, error) {
+	m, err := stepMsg(ctx, "/cairn/"+r.cfg.Service, runID, step, generation, rev, vouched, r.cfg.Now())
 	if err != nil {
 		return nil, err
 	}
