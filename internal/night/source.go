@@ -42,7 +42,7 @@ type sourceCheck struct{ e *Env }
 
 func (s sourceCheck) CheckSource(ctx context.Context, a *runner.Attempt, fingerprint string) ([]string, error) {
 	var f fetchOutput
-	if err := input(ctx, a, Fetch, &f); err != nil {
+	if err := peekInput(ctx, a, Fetch, &f); err != nil {
 		return nil, err
 	}
 	now, err := recon.ListDocuments(s.e.InboxDir, a.Params.Warehouse, a.Params.Date)
