@@ -40,17 +40,18 @@ func (a *Attempt) read(name, digest string) {
 // attempts that read the same things have the same fingerprint.
 func (a *Attempt) inputFingerprint(outside string) string {
 	params, _ := json.Marshal(a.Params)
-	h := sha256.New()
-	fmt.Fprintf(h, "params %s\n", params)
+	b := make([]byte, 0, 256)
+	b = append(append(append(b, "params "...), params...), '\n')
 	a.mu.Lock()
 	for _, in := range a.reads {
-		fmt.Fprintf(h, "input %s %s\n", in.name, in.digest)
+		b = append(append(append(append(append(b, "input "...), in.name...), ' '), in.digest...), '\n')
 	}
 	a.mu.Unlock()
 	if outside != "" {
-		fmt.Fprintf(h, "outside %s\n", outside)
+		b = append(append(append(b, "outside "...), outside...), '\n')
 	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // readTally reads the step's saga records once an attempt; a.mu is held.
