@@ -4,9 +4,15 @@ NATS_CLI_VERSION = v0.5.0
 
 .PHONY: build demo test test-short vet e2e-full bench nats-cli contract deploy-check clean
 
+# The code version every step records (versions.code): the release tag, else 12 hex digits of
+# the commit, "+dirty" with uncommitted changes (the same form runtime/debug gives a build that
+# stamps its VCS revision, which a git worktree or GOFLAGS=-buildvcs=false does not).
+VERSION ?= $(shell v=$$(git describe --tags --exact-match 2>/dev/null || git rev-parse --short=12 HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null || v="$$v+dirty"; } && echo "$$v")
+LDFLAGS = -X github.com/cairnhq/cairn/internal/service.version=$(VERSION)
+
 build:
-	$(GO) build -o bin/cairn ./cmd/cairn
-	$(GO) build -o bin/ ./services/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/cairn ./cmd/cairn
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./services/...
 
 # The reference night with a real crash at entry 24 of post-ledger, resumed, on the embedded default.
 demo: build
@@ -39,7 +45,7 @@ BENCH_MANY_RUNS ?= 1000
 BENCH_BIG ?= true
 BENCH_GOMEMLIMIT ?= 448MiB
 bench:
-	$(GO) build -o bin/cairn ./cmd/cairn
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/cairn ./cmd/cairn
 	CAIRN_BENCH_DEV_GOMEMLIMIT=$(BENCH_GOMEMLIMIT) ./bin/cairn bench all --many-runs $(BENCH_MANY_RUNS) --big=$(BENCH_BIG) --out bench/results/latest.json --markdown bench/results/latest.md
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/kvcheckpoint ./pkg/events ./pkg/runner | tee bench/results/micro.txt
 

@@ -35,6 +35,9 @@ import (
 
 var cairnBin string
 
+// codeVersion is the code version the test binaries are built with: every step records it.
+const codeVersion = "e2e-build"
+
 func TestMain(m *testing.M) {
 	// A race-built child process sleeps a second at exit unless told not to; the tests start
 	// and stop hundreds of them.
@@ -47,7 +50,9 @@ func TestMain(m *testing.M) {
 	// packages they share compile once.
 	cairnBin = filepath.Join(dir, "cairn")
 	binDir = dir
-	out, err := exec.Command("go", "build", "-race", "-o", dir+string(os.PathSeparator), "../cmd/cairn", "../services/...").CombinedOutput()
+	// The binaries name their code version as the Makefile's build does (-ldflags -X).
+	out, err := exec.Command("go", "build", "-race", "-ldflags", "-X github.com/cairnhq/cairn/internal/service.version="+codeVersion,
+		"-o", dir+string(os.PathSeparator), "../cmd/cairn", "../services/...").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "building cairn and the services: %v\n%s", err, out)
 		os.Exit(1)

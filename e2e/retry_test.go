@@ -67,6 +67,10 @@ func TestLoopGuardHandsOverAndResumeFinishes(t *testing.T) {
 	if rec.Status != kc.HandedOver || st.Status != kc.Failed || st.LastError == nil || !strings.Contains(*st.LastError, "loop guard") {
 		t.Fatalf("status %s, post-ledger %s (%v); want handed over by the loop guard", rec.Status, st.Status, st.LastError)
 	}
+	// Entry 10 was written, its reply lost: its intent has no outcome.
+	if st.Effects == nil || st.Effects.IntentsOpen != 1 {
+		t.Errorf("post-ledger handed over with effects %+v, want 1 intent open (entry 10)", st.Effects)
+	}
 	if rows := n.scalar("ledger.db", `SELECT count(*) FROM ledger_entries`); rows != 10 {
 		t.Errorf("ledger rows %d, want 10: entry 10 landed once however often it was retried", rows)
 	}
@@ -82,6 +86,10 @@ func TestLoopGuardHandsOverAndResumeFinishes(t *testing.T) {
 	}
 	if out, code := n.cli("status", runID); code != 0 || !strings.Contains(out, notes[0].ID) || !strings.Contains(out, "handed_over") {
 		t.Errorf("cairn status (exit %d):\n%s", code, out)
+	} else if !strings.Contains(out, "1 write begun, not confirmed") {
+		t.Errorf("cairn status does not show post-ledger's open intent:\n%s", out)
+	} else {
+		t.Logf("cairn status:\n%s", out)
 	}
 
 	// The cause goes away (the fault is not set any more); a person resumes the run.
@@ -92,6 +100,13 @@ func TestLoopGuardHandsOverAndResumeFinishes(t *testing.T) {
 	}
 	rec = n.waitStatus(runLimit, kc.Done)
 	n.assertTruth()
+	// The record says what each step read and ran under, and that nothing is left open.
+	for _, name := range rec.Pipeline {
+		s := rec.Step(name)
+		if s.InputFingerprint == nil || s.Versions.Code == nil || *s.Versions.Code != codeVersion || (s.Effects != nil && s.Effects.IntentsOpen != 0) {
+			t.Errorf("step %s: input_fingerprint %v, code %v, effects %+v", name, s.InputFingerprint, s.Versions.Code, s.Effects)
+		}
+	}
 	if notes := n.handoverNotes(); len(notes) != 0 {
 		t.Errorf("cairn handovers after the resume: %+v, want none", notes)
 	}

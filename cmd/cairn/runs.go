@@ -352,6 +352,7 @@ func printRecord(r *kc.Record, rev uint64) {
 		}
 		fmt.Printf("approval   step %s, plan %s, asked for at %s, %s\n", a.Step, a.PlanDigest, a.Since, who)
 	}
+	printCode(r)
 	fmt.Println("steps:")
 	for i, name := range r.Pipeline {
 		s := r.Step(name)
@@ -362,6 +363,7 @@ func printRecord(r *kc.Record, rev uint64) {
 		if s.ParkedCount > 0 {
 			line += fmt.Sprintf(", %d parked", s.ParkedCount)
 		}
+		line += stepFacts(r, s)
 		if s.LastError != nil {
 			line += ", last error: " + *s.LastError
 		}

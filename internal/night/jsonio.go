@@ -294,17 +294,31 @@ func readFields(ctx context.Context, a *runner.Attempt, step string, fs fields) 
 	return readInput(ctx, a, step, func(rd *reader, r io.Reader) error { return rd.object(json.NewDecoder(r), fs) })
 }
 
-// readInput streams an earlier step's verified output from the object store into read.
-func readInput(ctx context.Context, a *runner.Attempt, step string, read func(*reader, io.Reader) error) error {
+// peekInput is input for a read that is not an input of the step's result (the source
+// check): it stays out of the step's input fingerprint.
+func peekInput(ctx context.Context, a *runner.Attempt, step string, v any) error {
 	s, ok := a.Record().Steps[step]
 	if !ok || s.Status != kc.Verified || s.Output == nil {
 		return fmt.Errorf("step %q has no verified output in run %q", step, a.RunID)
 	}
+	return readOutput(ctx, a, step, s.Output, func(rd *reader, r io.Reader) error { return rd.decodeFields(r, v) })
+}
+
+// readInput streams an earlier step's verified output from the object store into read.
+func readInput(ctx context.Context, a *runner.Attempt, step string, read func(*reader, io.Reader) error) error {
+	out, err := a.InputRef(step)
+	if err != nil {
+		return err
+	}
+	return readOutput(ctx, a, step, out, read)
+}
+
+func readOutput(ctx context.Context, a *runner.Attempt, step string, out *kc.Output, read func(*reader, io.Reader) error) error {
 	rd, err := readerOf(ctx, a)
 	if err != nil {
 		return err
 	}
-	if err := rd.arts.Read(ctx, s.Output, func(r io.Reader) error { return read(rd, r) }); err != nil {
+	if err := rd.arts.Read(ctx, out, func(r io.Reader) error { return read(rd, r) }); err != nil {
 		return readError(step, err)
 	}
 	return nil

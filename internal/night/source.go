@@ -57,7 +57,7 @@ func (s sourceCheck) CheckSource(ctx context.Context, a *runner.Attempt, fingerp
 		return nil, nil
 	}
 	var f fetchOutput
-	if err := input(ctx, a, Fetch, &f); err != nil {
+	if err := peekInput(ctx, a, Fetch, &f); err != nil {
 		return nil, err
 	}
 	was := map[string]string{}

@@ -32,8 +32,8 @@ func keyed(ctx context.Context, a *runner.Attempt, effs []effect, write func(i i
 	var prior saga.Intents
 	if slices.ContainsFunc(effs, func(e effect) bool { return e.digest != "" }) {
 		var err error
-		if prior, err = saga.ReadIntents(ctx, a.JS(), a.RunID, a.Step); err != nil {
-			return runner.Temporary(err)
+		if prior, err = a.Intents(ctx); err != nil {
+			return err
 		}
 	}
 	for i, e := range effs {
@@ -45,7 +45,7 @@ func keyed(ctx context.Context, a *runner.Attempt, effs []effect, write func(i i
 		if err := prior.Refuses(intent); err != nil {
 			return fmt.Errorf("writing %s: %w", e.key, err)
 		}
-		if err := saga.Publish(ctx, a.JS(), "/cairn/"+a.Step, a.Now(), intent); err != nil {
+		if err := a.RecordEffect(ctx, intent); err != nil {
 			return runner.Temporary(err)
 		}
 		err := a.Retry(ctx, func(try int) error {
@@ -57,7 +57,7 @@ func keyed(ctx context.Context, a *runner.Attempt, effs []effect, write func(i i
 		if err != nil {
 			return fmt.Errorf("writing %s: %w", e.key, err)
 		}
-		if err := saga.Publish(ctx, a.JS(), "/cairn/"+a.Step, a.Now(), sagaRecord(a, e, saga.Outcome)); err != nil {
+		if err := a.RecordEffect(ctx, sagaRecord(a, e, saga.Outcome)); err != nil {
 			return runner.Temporary(err)
 		}
 		if err := a.Fault(ctx, faults.AfterWrite, n); err != nil {

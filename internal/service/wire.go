@@ -211,7 +211,7 @@ func (d *Deps) RunStep(ctx context.Context, env *night.Env, step string) error {
 		RetryAttempts: d.Config.RetryAttempts, LoopGuard: d.Config.LoopGuard, ParkLimit: d.Config.ParkLimit,
 		MaxDeliver: d.Config.MaxDeliver, Faults: d.Faults, Now: d.Now, Logger: d.Logger.With(slog.String("service", step)),
 		Finishing: d.settle, StopGrace: d.Config.StopGrace, Metrics: d.Metrics, Concurrency: d.Config.StepConcurrency,
-		Approval: slices.Contains(d.Config.ApprovalSteps, step), Notify: d.notify,
+		Approval: slices.Contains(d.Config.ApprovalSteps, step), Notify: d.notify, CodeVersion: CodeVersion(),
 		// Unready at once: the step in hand still has its grace before Run returns.
 		Ended: func(err error) { d.fail(fmt.Errorf("service %s stopped: %w", step, err)) },
 	})

@@ -37,11 +37,14 @@ const MaxKeptError = 160
 // MaxNextAction bounds the next_action a step sets, in bytes.
 const MaxNextAction = 256
 
+// MaxCodeVersion bounds a step's versions.code in bytes (the runner refuses a longer one).
+const MaxCodeVersion = 24
+
 // Figures of the projection: the longest values the commits, failures and other writers'
 // bookkeeping put in a record (tests hold them to the writers' real values).
 const (
 	stampLen      = 35 // RFC 3339 with nanoseconds and a zone offset
-	codeLen       = 24
+	codeLen       = MaxCodeVersion
 	versionLen    = 16
 	fingerprint   = len("sha256:") + 64
 	digestLen     = len("SHA-256=") + 44

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/fence"
 	"github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/saga"
 )
 
 // Attempt is one try at a step, handed to Step.Run. It carries the fencing token and gives
@@ -32,26 +35,74 @@ type Attempt struct {
 	began    time.Time
 	hbPaused atomic.Bool
 	drift    driftState
+
+	mu    sync.Mutex
+	reads []inputRead // what the attempt read, for its input fingerprint
+	tally *saga.Tally // the step's saga records, once read (nil: not read, or no longer exact)
 }
 
 // Record returns the checkpoint as it was when the attempt began.
 func (a *Attempt) Record() *kvcheckpoint.Record { return a.rec.Clone() }
 
-// Input loads the output of an earlier step, checking its digest.
+// Input loads the output of an earlier step, checking its digest. The read goes into the
+// step's input fingerprint.
 func (a *Attempt) Input(ctx context.Context, step string) ([]byte, error) {
-	s, ok := a.rec.Steps[step]
-	if !ok || s.Status != kvcheckpoint.Verified {
-		return nil, fmt.Errorf("step %q has no verified output in run %q", step, a.RunID)
+	o, err := a.InputRef(step)
+	if err != nil {
+		return nil, err
 	}
-	return a.r.cfg.Artifacts.Load(ctx, s.Output)
+	return a.r.cfg.Artifacts.Load(ctx, o)
 }
 
-// Snapshot loads the run's saved snapshot (stock_snapshot).
+// InputRef is the pointer to an earlier step's verified output, for a step that reads it
+// itself (streaming it from the artifact store); the read goes into the step's input
+// fingerprint as Input's does.
+func (a *Attempt) InputRef(step string) (*kvcheckpoint.Output, error) {
+	s, ok := a.rec.Steps[step]
+	if !ok || s.Status != kvcheckpoint.Verified || s.Output == nil {
+		return nil, fmt.Errorf("step %q has no verified output in run %q", step, a.RunID)
+	}
+	a.read(step, s.Output.Digest)
+	return s.Output, nil
+}
+
+// Snapshot loads the run's saved snapshot (stock_snapshot), read as an input named
+// "stock_snapshot".
 func (a *Attempt) Snapshot(ctx context.Context) ([]byte, error) {
 	if a.rec.StockSnapshot == nil {
 		return nil, fmt.Errorf("run %q has no snapshot", a.RunID)
 	}
+	a.read(snapshotInput, a.rec.StockSnapshot.Digest)
 	return a.r.cfg.Artifacts.Load(ctx, a.rec.StockSnapshot)
+}
+
+// Intents are the first intents the step's attempts recorded on CAIRN_SAGA, by key
+// (saga.ReadIntents), read once an attempt: a restart compares its writes with them.
+func (a *Attempt) Intents(ctx context.Context) (saga.Intents, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.readTally(ctx); err != nil {
+		return nil, err
+	}
+	return maps.Clone(a.tally.First), nil
+}
+
+// RecordEffect stores r, the intent or the outcome of one of the step's outside writes, on
+// CAIRN_SAGA (saga.Publish) and counts it: the step's effects.intents_open, in its commit and
+// in a failure, is how many of its keys of this generation have an intent and no outcome,
+// earlier attempts' included. The step's records are read once, at its first.
+func (a *Attempt) RecordEffect(ctx context.Context, r saga.Record) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.readTally(ctx); err != nil {
+		return err
+	}
+	if err := saga.Publish(ctx, a.r.cfg.JS, "/cairn/"+a.Step, a.r.cfg.Now(), r); err != nil {
+		a.tally = nil // it may be stored all the same: a failure reads the records again
+		return err
+	}
+	a.tally.Add(r)
+	return nil
 }
 
 // Audit records an event about one item (an invoice, a key) on the timeline, asynchronously;

@@ -42,6 +42,17 @@
 // that cannot check is checked by the next one. A night without faults checks its source
 // at no step after fetch, in one process (cairn dev) or with one service per step.
 //
+// # What the record says of an attempt
+//
+// Besides what the step returns, the commit records what the framework saw: the step's
+// input_fingerprint (its params and the earlier outputs it read through Attempt.Input,
+// InputRef and Snapshot, with the step's own Result.InputFingerprint folded in), its
+// versions (Config.CodeVersion, BuildVersion by default, and the step's Versioner), and
+// effects.intents_open: its saga records (Attempt.RecordEffect) of this generation whose
+// intent has no outcome, counted as it records them, from one read of its earlier records;
+// a failure and a handover record the count too. An attempt under other versions than the
+// step's earlier one records version.changed.
+//
 // # Concurrency
 //
 // Config.Concurrency (default 1) is how many messages a runner handles at once. Different

@@ -41,11 +41,13 @@ func (r *Runner) fail(ctx context.Context, a *Attempt, h *kc.Holder, err error) 
 			return r.handover(wctx, a, h, fmt.Errorf("%d attempts failed (loop guard %d): %w", cur.Step(a.Step).Attempts+1, r.cfg.LoopGuard, err))
 		}
 		var attempts int
+		open, counted := r.countIntents(wctx, a)
 		rerr := h.Release(wctx, func(n *kc.Record) error {
 			s := n.Step(a.Step)
 			s.Status = kc.Pending
 			s.Attempts = cur.Step(a.Step).Attempts + 1
 			s.SetLastError(err.Error())
+			setIntentsOpen(s, open, counted)
 			attempts = s.Attempts
 			return nil
 		})
@@ -106,11 +108,13 @@ func (r *Runner) handover(ctx context.Context, a *Attempt, h *kc.Holder, cause e
 		a.log.Error("writing handover note", slog.Any("error", err))
 		return nakAfter(time.Second)
 	}
+	open, counted := r.countIntents(ctx, a)
 	err := h.Release(ctx, func(n *kc.Record) error {
 		n.Status = kc.HandedOver
 		s := n.Step(a.Step)
 		s.Status = kc.Failed
 		s.SetLastError(cause.Error())
+		setIntentsOpen(s, open, counted)
 		n.Handover = &note.ID
 		n.NextAction = note.NextAction
 		return nil

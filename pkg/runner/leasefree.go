@@ -97,6 +97,7 @@ func (r *Runner) failLeaseFree(ctx context.Context, a *Attempt, err error) settl
 		}
 	}
 	var attempts int
+	open, counted := r.countIntents(wctx, a)
 	_, _, werr := r.cfg.Store.Mutate(wctx, a.RunID, func(n *kc.Record) error {
 		s := n.Step(a.Step)
 		if s.Status == kc.Verified || n.Status != kc.Running {
@@ -105,6 +106,7 @@ func (r *Runner) failLeaseFree(ctx context.Context, a *Attempt, err error) settl
 		s.Attempts++
 		attempts = s.Attempts
 		s.SetLastError(err.Error())
+		setIntentsOpen(s, open, counted)
 		if handover {
 			n.Status = kc.HandedOver
 			s.Status = kc.Failed

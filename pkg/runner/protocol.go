@@ -73,10 +73,10 @@ func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.Step
 	restart := rec.Step(step).Status == kc.InProgress
 	startedAt := r.stamp()
 	versions := r.versions()
-	change := ""
-	if restart {
-		change = versionChange(rec.Step(step).Versions, versions)
-	}
+	// An earlier attempt of the step (one that died, failed and is retried, or was handed
+	// over and resumed) recorded its versions when it took the lease: another build, prompt
+	// or model since is recorded as a version change.
+	change := versionChange(rec.Step(step).Versions, versions)
 	prepare := func(n *kc.Record) {
 		s := n.Step(step)
 		if restart {
@@ -85,6 +85,12 @@ func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.Step
 			msg := "the previous attempt's owner died or was taken over"
 			if change != "" {
 				msg += "; version change: " + change
+			}
+			s.SetLastError(msg)
+		} else if change != "" {
+			msg := "version change: " + change
+			if s.LastError != nil {
+				msg += "; before: " + *s.LastError
 			}
 			s.SetLastError(msg)
 		}
@@ -237,10 +243,14 @@ func (r *Runner) afterCommit(ctx context.Context, a *Attempt, committed *kc.Reco
 
 func (r *Runner) stamp() string { return r.cfg.Now().UTC().Format(time.RFC3339Nano) }
 
-// outputs are the pointers a commit writes, and how many parked items the record lists.
+// outputs are the pointers a commit writes, how many parked items the record lists, and
+// what the commit says of the step's inputs and open intents.
 type outputs struct {
 	output, snapshot, parked *kc.Output
 	listed                   int
+	fingerprint              string
+	open                     int
+	counted                  bool // open is a count (see countIntents)
 }
 
 func (r *Runner) saveOutputs(ctx context.Context, a *Attempt, res *Result) (outputs, error) {
@@ -268,6 +278,8 @@ func (r *Runner) saveOutputs(ctx context.Context, a *Attempt, res *Result) (outp
 			return o, Temporary(err)
 		}
 	}
+	o.fingerprint = a.inputFingerprint(res.InputFingerprint)
+	o.open, o.counted = r.countIntents(ctx, a)
 	return o, nil
 }
 
@@ -286,11 +298,12 @@ func (r *Runner) applyCommit(n *kc.Record, a *Attempt, res *Result, o outputs) {
 		s.Versions.Code = &code
 	}
 	s.Effects = res.Effects
+	setIntentsOpen(s, o.open, o.counted)
 	if s.LastError != nil { // an earlier failure's note, kept short now that the step is done
 		s.LastError = kc.Ptr(kc.CutText(*s.LastError, kc.MaxKeptError))
 	}
-	if res.InputFingerprint != "" {
-		s.InputFingerprint = &res.InputFingerprint
+	if o.fingerprint != "" {
+		s.InputFingerprint = &o.fingerprint
 	}
 	// The record lists the first parked items, briefly, as many as its budget allows
 	// (fitOutputs); the whole list, reasons in full, is in parked_artifact when there are more.

@@ -49,7 +49,7 @@ type Config struct {
 	LoopGuard     int           // default 3
 	ParkLimit     float64       // default 0.1
 	MaxDeliver    int           // default 20
-	CodeVersion   string        // default v0.1.0
+	CodeVersion   string        // the code's version in the record; default BuildVersion()
 	// Concurrency is how many messages the runner handles at once (default 1, at most
 	// 1000, the step consumers' MaxAckPending). Different runs go on in parallel; two
 	// messages of one run never do: the second waits for the first to be settled. With
@@ -85,7 +85,9 @@ func (c Config) withDefaults() Config {
 	c.LoopGuard = cmp.Or(c.LoopGuard, 3)
 	c.ParkLimit = cmp.Or(c.ParkLimit, 0.1)
 	c.MaxDeliver = cmp.Or(c.MaxDeliver, 20)
-	c.CodeVersion = cmp.Or(c.CodeVersion, "v0.1.0")
+	if c.CodeVersion == "" {
+		c.CodeVersion = BuildVersion()
+	}
 	c.StopGrace = cmp.Or(c.StopGrace, 10*time.Second)
 	c.Concurrency = cmp.Or(c.Concurrency, 1)
 	if c.Metrics == nil {
@@ -122,6 +124,9 @@ func (c Config) validate() error {
 	}
 	if c.Lease < 3*c.Heartbeat {
 		errs = append(errs, fmt.Errorf("the lease (%s) must be at least 3 heartbeats (%s)", c.Lease, c.Heartbeat))
+	}
+	if !codeVersionOK(c.CodeVersion) {
+		errs = append(errs, fmt.Errorf("the code version %q is not printable ASCII of at most %d bytes", c.CodeVersion, kvcheckpoint.MaxCodeVersion))
 	}
 	return errors.Join(errs...)
 }

@@ -89,3 +89,54 @@ func TestTwoWorkersSameRunSameMoment(t *testing.T) {
 		t.Fatalf("step one verified %d times", n)
 	}
 }
+
+// A step taken again by another build records the code's change as a prompt's: a
+// version.changed event naming code old → new, in last_error too, and the new build's
+// version in the commit. Whether the earlier attempt died (in_progress), or failed and the
+// run was handed over and resumed (pending again, its versions kept).
+func TestOtherBuildIsRecordedAsAVersionChange(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status kc.StepStatus
+		last   string
+	}{{"restart after a crash", kc.InProgress, ""}, {"resume after a handover", kc.Pending, "boom"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := setup(t)
+			ctx := context.Background()
+			rec := kc.New("r1", kc.Params{Warehouse: "w", Date: "2026-10-13"}, toy.Names(), "2026-10-13T22:00:00Z")
+			one := rec.Step("one")
+			one.Status = tc.status
+			one.Versions = kc.Versions{Code: kc.Ptr("9bc5be173cda")}
+			if tc.last != "" {
+				one.LastError = kc.Ptr(tc.last)
+			}
+			rev, err := f.store.Create(ctx, rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := f.config("one", output("one"))
+			c.CodeVersion = "4f0e2a9d11b7+dirty"
+			f.run(t, c)
+			f.run(t, f.config("two", output("two")))
+			f.run(t, f.config("three", output("three")))
+			if err := runner.PublishStep(ctx, f.js, "/cairn/test", "r1", "one", 0, rev, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			got := f.wait(t, "r1", finishing)
+			const change = "code 9bc5be173cda → 4f0e2a9d11b7+dirty"
+			if v := got.Step("one").Versions.Code; v == nil || *v != "4f0e2a9d11b7+dirty" {
+				t.Errorf("versions.code %v, want the new build's", v)
+			}
+			if l := got.Step("one").LastError; l == nil || !strings.Contains(*l, "version change: "+change) || !strings.Contains(*l, tc.last) {
+				t.Errorf("last_error %v, want the version change (and the earlier error %q)", l, tc.last)
+			}
+			found := false
+			for _, a := range f.audit(t, "r1") {
+				found = found || a.Event == "version.changed" && a.Step == "one" && a.Detail == change
+			}
+			if !found {
+				t.Fatalf("no version.changed event naming %s", change)
+			}
+		})
+	}
+}

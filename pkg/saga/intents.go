@@ -21,21 +21,74 @@ type Intents map[string]Record
 // ReadIntents reads the step's records of a run. A step with none (a first attempt) costs one
 // request.
 func ReadIntents(ctx context.Context, js jetstream.JetStream, runID, step string) (Intents, error) {
+	t, err := ReadTally(ctx, js, runID, step, 0)
+	if err != nil {
+		return nil, err
+	}
+	return t.First, nil
+}
+
+// Tally is what one step's records say so far: the first intent of each key (First, for
+// Refuses, whatever its generation), and which keys of one generation have an intent without
+// an outcome: writes begun and never confirmed (a crash between the write and its outcome,
+// or a write that failed). A step keeps it up to date as it records (Add), so that it need
+// not read its records again to count them.
+type Tally struct {
+	Generation int
+	First      Intents
+	intended   map[string]struct{}
+	done       map[string]struct{}
+}
+
+// NewTally is the tally of a step with no records yet, counting generation's intents.
+func NewTally(generation int) *Tally {
+	return &Tally{Generation: generation, First: Intents{}, intended: map[string]struct{}{}, done: map[string]struct{}{}}
+}
+
+// ReadTally reads the step's records of a run into a tally counting generation's intents.
+// A step with none costs one request.
+func ReadTally(ctx context.Context, js jetstream.JetStream, runID, step string, generation int) (*Tally, error) {
 	evs, err := events.ReadSubject(ctx, js, assets.StreamSaga, events.SagaSubject(runID, step))
 	if err != nil {
 		return nil, err
 	}
-	out := Intents{}
+	t := NewTally(generation)
 	for _, e := range evs {
 		var r Record
 		if err := e.Unmarshal(&r); err != nil {
 			return nil, fmt.Errorf("saga record %s: %w", e.ID, err)
 		}
-		if _, ok := out[r.Key]; !ok && r.Phase == Intent {
-			out[r.Key] = r
+		t.Add(r)
+	}
+	return t, nil
+}
+
+// Add counts one record, in the order the records were stored.
+func (t *Tally) Add(r Record) {
+	switch r.Phase {
+	case Intent:
+		if _, ok := t.First[r.Key]; !ok {
+			t.First[r.Key] = r
+		}
+		if r.Generation == t.Generation {
+			t.intended[r.Key] = struct{}{}
+		}
+	case Outcome:
+		if r.Generation == t.Generation {
+			t.done[r.Key] = struct{}{}
 		}
 	}
-	return out, nil
+}
+
+// Open is how many keys of the tally's generation have an intent and no outcome.
+func (t *Tally) Open() int {
+	n := 0
+	for k := range t.intended {
+		if _, ok := t.done[k]; !ok {
+			n++
+		}
+	}
+	return n
 }
 
 // Refuses is idempotency.ErrConflict, naming the key and both digests, when an earlier

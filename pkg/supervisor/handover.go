@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -15,6 +16,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/runner"
+	"github.com/cairnhq/cairn/pkg/saga"
 )
 
 // Handover reasons, the label of cairn_handovers_total.
@@ -65,6 +67,7 @@ func (s *Supervisor) handOver(ctx context.Context, runID, step, reason string, c
 	if _, err := s.cfg.Handovers.Put(ctx, runID, b); err != nil {
 		return fmt.Errorf("writing handover note %q: %w", note.ID, err)
 	}
+	open, counted := s.intentsOpen(ctx, rec, step)
 	_, rev, err := s.cfg.Store.MutateFrom(ctx, rec, rev0, runID, func(r *kc.Record) error {
 		if !handable(r) || (only != nil && !only(r)) {
 			return kc.ErrSkip
@@ -76,6 +79,7 @@ func (s *Supervisor) handOver(ctx context.Context, runID, step, reason string, c
 			st := r.Step(step)
 			st.Status = kc.Failed
 			st.SetLastError(cause.Error())
+			setIntentsOpen(st, open, counted)
 		}
 		r.Handover = &note.ID
 		r.NextAction = note.NextAction
@@ -203,4 +207,35 @@ func stepSubject(subject string) (step, runID string, ok bool) {
 	}
 	step, runID, ok = strings.Cut(rest, ".")
 	return step, runID, ok && step != "" && runID != ""
+}
+
+// intentsOpen counts the saga intents without an outcome of the step a handover fails, for
+// its effects.intents_open: a step whose attempts died recorded none itself. Only a step
+// that writes outside has any; a read that fails leaves the field as it was.
+func (s *Supervisor) intentsOpen(ctx context.Context, rec *kc.Record, step string) (int, bool) {
+	if def, ok := s.cfg.Pipeline.Step(step); !ok || !def.Writes() || rec.Step(step).Status == kc.Verified {
+		return 0, false
+	}
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	t, err := saga.ReadTally(rctx, s.cfg.JS, rec.RunID, step, rec.Generation)
+	if err != nil {
+		s.log.Warn("intents_open not counted", slog.String("run_id", rec.RunID), slog.Any("error", err))
+		return 0, false
+	}
+	return t.Open(), true
+}
+
+// setIntentsOpen writes a count into a step's effects, keeping the rest; none open and no
+// effects stays null.
+func setIntentsOpen(st *kc.Step, open int, counted bool) {
+	if !counted || (st.Effects == nil && open == 0) {
+		return
+	}
+	e := kc.Effects{}
+	if st.Effects != nil {
+		e = *st.Effects
+	}
+	e.IntentsOpen = open
+	st.Effects = &e
 }

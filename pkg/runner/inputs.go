@@ -1,0 +1,106 @@
+package runner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/saga"
+)
+
+// What a step's record says of its inputs and of its outside writes, beyond what the step
+// returns: the input fingerprint and the intents without an outcome.
+
+// snapshotInput names the run's snapshot among an attempt's inputs.
+const snapshotInput = "stock_snapshot"
+
+// inputRead is one input an attempt read: an earlier step's output, or the snapshot.
+type inputRead struct{ name, digest string }
+
+func (a *Attempt) read(name, digest string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	in := inputRead{name, digest}
+	if !slices.Contains(a.reads, in) {
+		a.reads = append(a.reads, in)
+	}
+}
+
+// inputFingerprint is every step's input_fingerprint: "sha256:" and the hex sha256 of the
+// run's params, the earlier outputs the attempt read (step name and output digest, in the
+// order first read; the snapshot as "stock_snapshot"), and what the step itself says it read
+// from outside (Result.InputFingerprint, such as the digest of the documents fetch listed),
+// folded in rather than kept alone so that the field means one thing for every step. Two
+// attempts that read the same things have the same fingerprint.
+func (a *Attempt) inputFingerprint(outside string) string {
+	params, _ := json.Marshal(a.Params)
+	b := make([]byte, 0, 256)
+	b = append(append(append(b, "params "...), params...), '\n')
+	a.mu.Lock()
+	for _, in := range a.reads {
+		b = append(append(append(append(append(b, "input "...), in.name...), ' '), in.digest...), '\n')
+	}
+	a.mu.Unlock()
+	if outside != "" {
+		b = append(append(append(b, "outside "...), outside...), '\n')
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// readTally reads the step's saga records once an attempt; a.mu is held.
+func (a *Attempt) readTally(ctx context.Context) error {
+	if a.tally != nil {
+		return nil
+	}
+	t, err := saga.ReadTally(ctx, a.r.cfg.JS, a.RunID, a.Step, a.Generation)
+	if err != nil {
+		return Temporary(fmt.Errorf("reading the saga records of %s: %w", a.Step, err))
+	}
+	a.tally = t
+	return nil
+}
+
+// countIntents makes the attempt's count of open intents exact before a commit or a
+// failure records it: a step that writes outside and recorded nothing this attempt (or
+// whose last record may or may not be stored) reads its records, since an earlier attempt
+// may have left intents open; a step that does not write outside has none. It reports
+// whether there is a count; a read that fails leaves none, and the field as it was.
+func (r *Runner) countIntents(ctx context.Context, a *Attempt) (int, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.tally == nil && !r.def.Writes() {
+		return 0, false
+	}
+	// A failure's own write must not wait on this read: it gets a part of the time.
+	rctx, cancel := context.WithTimeout(ctx, countTimeout)
+	defer cancel()
+	if err := a.readTally(rctx); err != nil {
+		a.log.Warn("intents_open not counted", slog.Any("error", err))
+		return 0, false
+	}
+	return a.tally.Open(), true
+}
+
+// countTimeout bounds countIntents' read.
+const countTimeout = 3 * time.Second
+
+// setIntentsOpen writes a count of open intents into a step's effects, keeping what else
+// they say; no effects and nothing open stays null.
+func setIntentsOpen(s *kc.Step, open int, counted bool) {
+	if !counted || (s.Effects == nil && open == 0) {
+		return
+	}
+	e := kc.Effects{}
+	if s.Effects != nil {
+		e = *s.Effects
+	}
+	e.IntentsOpen = open
+	s.Effects = &e
+}
