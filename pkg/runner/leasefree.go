@@ -25,18 +25,7 @@ func (r *Runner) runLeaseFree(ctx context.Context, m jetstream.Msg, rec *kc.Reco
 		})
 	}
 	a := r.newAttempt(rec, rev, redelivered)
-	res, err := r.runWithHeartbeat(ctx, m, a, nil)
-	if err == nil {
-		if v, ok := r.cfg.Step.(Verifier); ok {
-			if verr := v.Verify(ctx, a, res); verr != nil {
-				err = fmt.Errorf("%w: %w", ErrVerify, verr)
-			}
-		}
-	}
-	var outs outputs
-	if err == nil {
-		outs, err = r.saveOutputs(ctx, a, res)
-	}
+	res, outs, err := r.runWithHeartbeat(ctx, m, a, nil)
 	if err == nil {
 		outs, err = r.fitOutputs(ctx, a, rec, res, outs)
 	}
