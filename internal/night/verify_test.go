@@ -120,10 +120,10 @@ func (f *nightFixture) start(t *testing.T, runID string) {
 	}
 }
 
-// wait watches the run's record until ok says so, within two minutes.
+// wait watches the run's record until ok says so, within five minutes.
 func (f *nightFixture) wait(t *testing.T, runID string, ok func(*kc.Record) bool) *kc.Record {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	w, err := f.store.KV().Watch(ctx, runID)
 	if err != nil {
@@ -142,7 +142,7 @@ func (f *nightFixture) wait(t *testing.T, runID string, ok func(*kc.Record) bool
 			return last
 		}
 	}
-	t.Fatalf("run %s: condition not met within two minutes; last record %+v", runID, last)
+	t.Fatalf("run %s: condition not met within five minutes; last record %+v", runID, last)
 	return nil
 }
 
