@@ -86,9 +86,22 @@ func (s compareStep) CheckSource(ctx context.Context, a *runner.Attempt, fp stri
 
 // Run sets match's lines against the receipts one at a time, as it reads them.
 func (s compareStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
-	rc, err := recon.LoadReceipts(ctx, s.e.erp(), a.Params.Warehouse, a.Params.Date)
-	if err != nil {
-		return nil, runner.Temporary(fmt.Errorf("reading stock received: %w", err))
+	// A rerun keeps the snapshot (and the shadow levels) of the night's first compare: the
+	// stock has moved since, by this run's own adjustments. It sets the matches against the
+	// snapshot's receipts, as Verify does: the stock is read once a night.
+	first := a.Generation == 0 || a.Record().StockSnapshot == nil
+	var rc []recon.Receipt
+	if first {
+		var err error
+		if rc, err = recon.LoadReceipts(ctx, s.e.erp(), a.Params.Warehouse, a.Params.Date); err != nil {
+			return nil, runner.Temporary(fmt.Errorf("reading stock received: %w", err))
+		}
+	} else {
+		var saved snapshot
+		if err := savedSnapshot(ctx, a, nil, &saved); err != nil {
+			return nil, err
+		}
+		rc = saved.Receipts
 	}
 	c := recon.NewComparer(rc)
 	skus := map[string]bool{}
@@ -105,20 +118,17 @@ func (s compareStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result
 	})}); err != nil {
 		return nil, err
 	}
-	levels, err := recon.LoadStockLevels(ctx, s.e.erp(), a.Params.Warehouse, list)
-	if err != nil {
-		return nil, runner.Temporary(fmt.Errorf("reading stock levels: %w", err))
-	}
-	// A rerun keeps the snapshot (and the shadow levels) of the night's first compare: the
-	// stock has moved since, by this run's own adjustments.
-	first := a.Generation == 0 || a.Record().StockSnapshot == nil
-	if a.Params.Shadow && first {
-		if err := s.e.ERP.Stock(true).CopyLevelsToShadow(ctx, a.Params.Warehouse, list); err != nil {
-			return nil, runner.Temporary(err)
-		}
-	}
 	var snap []byte
 	if first {
+		levels, err := recon.LoadStockLevels(ctx, s.e.erp(), a.Params.Warehouse, list)
+		if err != nil {
+			return nil, runner.Temporary(fmt.Errorf("reading stock levels: %w", err))
+		}
+		if a.Params.Shadow {
+			if err := s.e.ERP.Stock(true).CopyLevelsToShadow(ctx, a.Params.Warehouse, list); err != nil {
+				return nil, runner.Temporary(err)
+			}
+		}
 		if snap, err = output(ctx, a, snapshot{Receipts: rc, Levels: levels}); err != nil {
 			return nil, err
 		}

@@ -35,22 +35,22 @@ var Pipeline = pipeline.Definition{
 	Steps: []pipeline.Step{
 		{
 			Name: Fetch, Kind: pipeline.SourceRead, Leased: true, Recovery: "cheap to repeat",
-			Checkpoint: "the document list with digests, and the source fingerprint every later step checks after a break",
+			Checkpoint: "the document list with digests, and the source fingerprint every later step checks after a break; verified against the inbox read: each document listed once, with its digest, nothing else",
 		},
 		{
 			Name: Extract, ChecksSource: true, Kind: pipeline.ModelCall, Leased: true, Recovery: "each answer memoised; a finished invoice is never asked again",
-			Checkpoint:  "every answer word for word (cairn-memo), then the parsed lines",
+			Checkpoint:  "every answer word for word (cairn-memo), then the parsed lines; verified: every document has its answer memoised under its digest and is read from it, or parked for its reason",
 			Effects:     "model call per invoice (paid; the model takes no key)",
 			Memo:        "cairn-memo, key <run>.<document digest>.<16 hex of sha256(prompt version + model)>, read before the call, claimed with Create: a second, different answer (two attempts racing) is refused naming both digests and the run handed over, the first staying; the call is audited before it is made",
 			ItemRetries: true, RateLimit: "CAIRN_MODEL_RPS",
 		},
 		{
 			Name: Match, ChecksSource: true, Kind: pipeline.Compute, Recovery: "recomputed from saved inputs",
-			Checkpoint: "line → purchase-order matches (lease-free commit)",
+			Checkpoint: "line → purchase-order matches (lease-free commit); verified: every line of the invoices matched or parked, once",
 		},
 		{
 			Name: Compare, ChecksSource: true, Kind: pipeline.SnapshotRead, Leased: true, Recovery: "stock read once, snapshot saved, never re-read",
-			Checkpoint: "the stock snapshot (receipts and levels, from the first compare of the night) and the adjustments",
+			Checkpoint: "the stock snapshot (receipts and levels, from the first compare of the night; a rerun compares against its receipts) and the adjustments, verified by recomputing them from the saved snapshot and the matches",
 		},
 		{
 			Name: PostLedger, ChecksSource: true, Kind: pipeline.BusinessWrite, Leased: true, Fenced: true, Recovery: "keys enforced by the ledger; fenced",

@@ -31,7 +31,7 @@ func (s fetchStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, 
 		return nil, err
 	}
 	return &runner.Result{
-		Output: out, InputFingerprint: fp, SourceFingerprint: fp, Items: len(docs),
+		Output: out, InputFingerprint: fp, SourceFingerprint: fp, Items: len(docs), Basis: docs,
 		NextAction: "extract the line items of " + strconv.Itoa(len(docs)) + " invoices",
 	}, nil
 }

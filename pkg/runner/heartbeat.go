@@ -3,30 +3,74 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/pkg/artifacts"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
 
-// runWithHeartbeat runs the step while a heartbeat renews the lease and the message. A
-// renewal that finds the lease gone cancels the step at once. The heartbeat stops before the
-// commit.
-func (r *Runner) runWithHeartbeat(ctx context.Context, m jetstream.Msg, a *Attempt, h *kc.Holder) (*Result, error) {
+// runWithHeartbeat runs the step, stores its outputs and verifies them (points 6 to 8, and
+// the store of 9) while a heartbeat renews the lease and the message. A renewal that finds
+// the lease gone cancels the step at once. The heartbeat stops before the commit.
+func (r *Runner) runWithHeartbeat(ctx context.Context, m jetstream.Msg, a *Attempt, h *kc.Holder) (*Result, outputs, error) {
 	stepCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	hb := r.startHeartbeat(stepCtx, cancel, m, a, h)
 	res, err := r.cfg.Step.Run(stepCtx, a)
+	if err == nil && res == nil {
+		res = &Result{}
+	}
+	var outs outputs
+	if err == nil {
+		outs, err = r.saveAndVerify(stepCtx, a, res)
+	}
 	hb.stop()
 	if cause := context.Cause(stepCtx); err != nil && errors.Is(cause, kc.ErrFenced) {
 		err = cause
 	}
-	if err == nil && res == nil {
-		res = &Result{}
+	return res, outs, err
+}
+
+// saveAndVerify stores the step's outputs, then hands Verify the result with its output and
+// snapshot read back from where they were stored: the step checks what its commit will point
+// at, not what it holds in memory. A difference is ErrVerify, naming what did not hold.
+func (r *Runner) saveAndVerify(ctx context.Context, a *Attempt, res *Result) (outputs, error) {
+	outs, err := r.saveOutputs(ctx, a, res)
+	if err != nil {
+		return outs, err
 	}
-	return res, err
+	v, ok := r.cfg.Step.(Verifier)
+	if !ok {
+		return outs, nil
+	}
+	saved := *res
+	if saved.Output, err = r.readBack(ctx, outs.output); err == nil && outs.snapshot != nil {
+		saved.Snapshot, err = r.readBack(ctx, outs.snapshot)
+	}
+	if err != nil {
+		return outs, err
+	}
+	if err := v.Verify(ctx, a, &saved); err != nil {
+		return outs, fmt.Errorf("%w: %w", ErrVerify, err)
+	}
+	return outs, nil
+}
+
+// readBack loads a stored output: bytes other than those stored fail the verification, an
+// object store that does not answer is worth another attempt.
+func (r *Runner) readBack(ctx context.Context, o *kc.Output) ([]byte, error) {
+	b, err := r.cfg.Artifacts.Load(ctx, o)
+	switch {
+	case errors.Is(err, artifacts.ErrDigest):
+		return nil, fmt.Errorf("%w: reading back the output: %w", ErrVerify, err)
+	case err != nil:
+		return nil, Temporary(fmt.Errorf("reading back the output: %w", err))
+	}
+	return b, nil
 }
 
 // heartbeat beats from a timer every Heartbeat while the step runs: a step shorter than a

@@ -28,20 +28,10 @@ func (r *Runner) runLeaseFree(ctx context.Context, m jetstream.Msg, ready events
 	a := r.newAttempt(rec, rev, redelivered)
 	a.drift.continued = continues(ready, rev, redelivered)
 	var res *Result
+	var outs outputs
 	err := r.checkDrift(ctx, a, rec)
 	if err == nil {
-		res, err = r.runWithHeartbeat(ctx, m, a, nil)
-	}
-	if err == nil {
-		if v, ok := r.cfg.Step.(Verifier); ok {
-			if verr := v.Verify(ctx, a, res); verr != nil {
-				err = fmt.Errorf("%w: %w", ErrVerify, verr)
-			}
-		}
-	}
-	var outs outputs
-	if err == nil {
-		outs, err = r.saveOutputs(ctx, a, res)
+		res, outs, err = r.runWithHeartbeat(ctx, m, a, nil)
 	}
 	if err == nil {
 		outs, err = r.fitOutputs(ctx, a, rec, res, outs)

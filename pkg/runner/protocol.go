@@ -162,28 +162,17 @@ func (r *Runner) hold(ctx context.Context, m jetstream.Msg, a *Attempt, h *kc.Ho
 			return settle
 		}
 	}
-	// 6-8. Run with a heartbeat, then verify.
-	res, err := r.runWithHeartbeat(ctx, m, a, h)
-	if err == nil {
-		if v, ok := r.cfg.Step.(Verifier); ok {
-			if verr := v.Verify(ctx, a, res); verr != nil {
-				err = fmt.Errorf("%w: %w", ErrVerify, verr)
-			}
-		}
-	}
+	// 6-8. Run with a heartbeat, store the outputs, verify them as stored.
+	res, outs, err := r.runWithHeartbeat(ctx, m, a, h)
 	if err != nil {
 		return r.fail(ctx, a, h, err)
 	}
 	if over := r.overParkLimit(res); over != "" {
 		return r.handover(ctx, a, h, errors.New(over))
 	}
-	// 9. Store the output (inline only within the record's budget), then commit.
-	outs, err := r.saveOutputs(ctx, a, res)
-	if err == nil {
-		cur, _ = h.Record()
-		outs, err = r.fitOutputs(ctx, a, cur, res, outs)
-	}
-	if err != nil {
+	// 9. Outputs inline only within the record's budget, then commit.
+	cur, _ = h.Record()
+	if outs, err = r.fitOutputs(ctx, a, cur, res, outs); err != nil {
 		return r.fail(ctx, a, h, err)
 	}
 	if err := a.Fault(ctx, faults.BeforeCommit, 0); err != nil {

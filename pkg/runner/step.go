@@ -23,6 +23,10 @@ type Fencer interface {
 }
 
 // Verifier checks a step's result against what it meant to do before the step is committed.
+// Verify is called once the outputs are stored, with the result whose Output and Snapshot
+// are read back from the store; an error names what did not hold (which item, expected and
+// found). It fails the attempt with ErrVerify: the run is handed over, the step failed and
+// not verified, and no later step runs (a temporary error is retried as any other).
 type Verifier interface {
 	Verify(ctx context.Context, a *Attempt, r *Result) error
 }
@@ -60,4 +64,7 @@ type Result struct {
 	SourceFingerprint string                // the source step sets the run's fingerprint
 	Snapshot          json.RawMessage       // a snapshot step's saved read (stock_snapshot)
 	NextAction        string
+	// Basis is what the step read and Verify checks the stored output against (a source
+	// step's listing, as read); it is never stored.
+	Basis any
 }
