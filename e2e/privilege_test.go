@@ -412,7 +412,7 @@ func TestPrivilege(t *testing.T) {
 	t.Run("no service deletes a stream, a bucket or a durable", func(t *testing.T) {
 		streams := []string{assets.StreamRuns, assets.StreamSteps, assets.StreamSaga, assets.StreamOutbox,
 			assets.StreamAudit, assets.StreamRejected, "OBJ_" + assets.ObjectArtifacts}
-		for _, b := range []string{assets.BucketRuns, assets.BucketMemo, assets.BucketHandovers, assets.BucketOutbox, assets.BucketNaturalKeys} {
+		for _, b := range []string{assets.BucketRuns, assets.BucketMemo, assets.BucketHandovers, assets.BucketOutbox, assets.BucketNaturalKeys, assets.BucketLimits} {
 			streams = append(streams, "KV_"+b)
 		}
 		var subjects []string
