@@ -26,6 +26,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/ratelimit"
 )
 
 // deployDir is the repository's deploy/ folder, seen from this package.
@@ -342,6 +343,38 @@ func TestPrivilege(t *testing.T) {
 		}
 		if _, err := s.GetLastMsgForSubject(t.Context(), subject); !errors.Is(err, jetstream.ErrMsgNotFound) {
 			t.Fatalf("CAIRN_STEPS on %s: %v, want no message", subject, err)
+		}
+	})
+
+	t.Run("extract books the model's limit, and nothing else in cairn-limits", func(t *testing.T) {
+		nc, errs, err := d.connect("extract")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lim, err := ratelimit.New(t.Context(), ratelimit.Config{JS: js, Limit: service.Config{ModelRPS: 1000}.ModelLimit(), Unavailable: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 2 {
+			if _, err := lim.Wait(t.Context()); err != nil {
+				t.Fatalf("extract booking the model's limit (%d): %v", i+1, err)
+			}
+		}
+		if err := permRequest(nc, errs, "$KV."+assets.BucketLimits+".other", []byte(`{}`)); !errors.Is(err, errPermRefused) {
+			t.Errorf("extract writing another limit: %v, want %v", err, errPermRefused)
+		}
+		fetch, ferrs, err := d.connect("fetch")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fetch.Close()
+		if err := permRequest(fetch, ferrs, "$KV."+assets.BucketLimits+"."+service.ModelLimitKey, []byte(`{}`)); !errors.Is(err, errPermRefused) {
+			t.Errorf("fetch booking the model's limit: %v, want %v", err, errPermRefused)
 		}
 	})
 
