@@ -47,7 +47,7 @@ BENCH_GOMEMLIMIT ?= 448MiB
 bench:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/cairn ./cmd/cairn
 	CAIRN_BENCH_DEV_GOMEMLIMIT=$(BENCH_GOMEMLIMIT) ./bin/cairn bench all --many-runs $(BENCH_MANY_RUNS) --big=$(BENCH_BIG) --out bench/results/latest.json --markdown bench/results/latest.md
-	$(GO) test -run '^$$' -bench . -benchmem ./pkg/kvcheckpoint ./pkg/events ./pkg/runner | tee bench/results/micro.txt
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/kvcheckpoint ./pkg/events ./pkg/runner ./pkg/ratelimit | tee bench/results/micro.txt
 
 nats-cli:
 	command -v nats >/dev/null || $(GO) install github.com/nats-io/natscli/nats@$(NATS_CLI_VERSION)

@@ -284,7 +284,7 @@ func stepStatusIs(step string, st kc.StepStatus) func(*kc.Record) bool {
 // everyStream is every stream behind Cairn's assets.
 var everyStream = []string{assets.StreamRuns, assets.StreamSteps, assets.StreamSaga, assets.StreamOutbox, assets.StreamAudit,
 	assets.StreamRejected, "KV_" + assets.BucketRuns, "KV_" + assets.BucketMemo, "KV_" + assets.BucketHandovers,
-	"KV_" + assets.BucketOutbox, "KV_" + assets.BucketNaturalKeys, "OBJ_" + assets.ObjectArtifacts}
+	"KV_" + assets.BucketOutbox, "KV_" + assets.BucketNaturalKeys, "KV_" + assets.BucketLimits, "OBJ_" + assets.ObjectArtifacts}
 
 // The reference night on a 3-node cluster with every asset at three replicas: the leader
 // of CAIRN_STEPS is shut down in the middle of the night and restarted later, then the

@@ -26,6 +26,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/ratelimit"
 )
 
 // deployDir is the repository's deploy/ folder, seen from this package.
@@ -345,6 +346,38 @@ func TestPrivilege(t *testing.T) {
 		}
 	})
 
+	t.Run("extract books the model's limit, and nothing else in cairn-limits", func(t *testing.T) {
+		nc, errs, err := d.connect("extract")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lim, err := ratelimit.New(t.Context(), ratelimit.Config{JS: js, Limit: service.Config{ModelRPS: 1000}.ModelLimit(), Unavailable: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 2 {
+			if _, err := lim.Wait(t.Context()); err != nil {
+				t.Fatalf("extract booking the model's limit (%d): %v", i+1, err)
+			}
+		}
+		if err := permRequest(nc, errs, "$KV."+assets.BucketLimits+".other", []byte(`{}`)); !errors.Is(err, errPermRefused) {
+			t.Errorf("extract writing another limit: %v, want %v", err, errPermRefused)
+		}
+		fetch, ferrs, err := d.connect("fetch")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fetch.Close()
+		if err := permRequest(fetch, ferrs, "$KV."+assets.BucketLimits+"."+service.ModelLimitKey, []byte(`{}`)); !errors.Is(err, errPermRefused) {
+			t.Errorf("fetch booking the model's limit: %v, want %v", err, errPermRefused)
+		}
+	})
+
 	t.Run("a service answers only under its own owner inbox", func(t *testing.T) {
 		extract, errs, err := d.connect("extract")
 		if err != nil {
@@ -412,7 +445,7 @@ func TestPrivilege(t *testing.T) {
 	t.Run("no service deletes a stream, a bucket or a durable", func(t *testing.T) {
 		streams := []string{assets.StreamRuns, assets.StreamSteps, assets.StreamSaga, assets.StreamOutbox,
 			assets.StreamAudit, assets.StreamRejected, "OBJ_" + assets.ObjectArtifacts}
-		for _, b := range []string{assets.BucketRuns, assets.BucketMemo, assets.BucketHandovers, assets.BucketOutbox, assets.BucketNaturalKeys} {
+		for _, b := range []string{assets.BucketRuns, assets.BucketMemo, assets.BucketHandovers, assets.BucketOutbox, assets.BucketNaturalKeys, assets.BucketLimits} {
 			streams = append(streams, "KV_"+b)
 		}
 		var subjects []string

@@ -13,6 +13,7 @@ import (
 	"github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/internal/service"
 	"github.com/cairnhq/cairn/pkg/faultmap"
+	"github.com/cairnhq/cairn/pkg/ratelimit"
 )
 
 // cmdFaultmap prints how each step of the night survives faults, under the retry settings
@@ -45,6 +46,7 @@ func runFaultmap(w io.Writer, args []string) error {
 	m, err := faultmap.Analyze(night.Pipeline, faultmap.Settings{
 		RetryAttempts: cfg.RetryAttempts, LoopGuard: cfg.LoopGuard, MaxDeliver: cfg.MaxDeliver,
 		ApprovalSteps: steps, RateLimits: map[string]float64{"CAIRN_MODEL_RPS": cfg.ModelRPS},
+		SharedLimits: map[string]ratelimit.Limit{"CAIRN_MODEL_RPS": cfg.ModelLimit()},
 	})
 	if err != nil {
 		return err

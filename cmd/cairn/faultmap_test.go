@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cairnhq/cairn/internal/service"
 	"github.com/cairnhq/cairn/pkg/faultmap"
 )
 
@@ -81,5 +82,24 @@ func TestFaultmapJSON(t *testing.T) {
 		if s.Approval != (s.Name == "debit-notes") {
 			t.Errorf("step %s: approval %t", s.Name, s.Approval)
 		}
+	}
+}
+
+// The faultmap prints the model's limit as the extractor keeps it: shared by every
+// instance, from the same definition (service.Config.ModelLimit).
+func TestFaultmapSharedLimit(t *testing.T) {
+	faultmapEnv(t)
+	t.Setenv("CAIRN_MODEL_RPS", "4")
+	var out bytes.Buffer
+	if err := runFaultmap(&out, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := service.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "CAIRN_MODEL_RPS = " + cfg.ModelLimit().String()
+	if !strings.Contains(out.String(), want) || !strings.Contains(want, "4 calls per second, burst 1, shared by every instance (KV cairn-limits, key model") {
+		t.Errorf("output lacks %q:\n%s", want, out.String())
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/time/rate"
+	"github.com/cairnhq/cairn/pkg/ratelimit"
 )
 
 // ModelPromptVersion is the version of ModelPrompt; a change is a version change of extract.
@@ -39,23 +39,22 @@ type ModelExtractor struct {
 	BaseURL string // e.g. https://api.openai.com/v1
 	Model   string
 	Key     string
-	Client  *http.Client // default: a client with Timeout
+	Client  *http.Client // default: http.DefaultClient
+	// Timeout bounds each call, from its grant by Limiter to the end of the answer: the wait
+	// for the limit is not part of it.
 	Timeout time.Duration
-	Limiter *rate.Limiter // calls per second; nil: unlimited
+	Limiter *ratelimit.Limiter // the model's calls per second, shared by every instance; nil: unlimited
 	// MaxRetryAfter bounds how long a 429's Retry-After is honoured; default 30s.
 	MaxRetryAfter time.Duration
 }
 
 var _ Extractor = (*ModelExtractor)(nil)
 
-// NewModelExtractor makes an extractor for baseURL and model, rps calls per second at most.
-func NewModelExtractor(baseURL, model, key string, rps float64, timeout time.Duration) *ModelExtractor {
-	m := &ModelExtractor{BaseURL: strings.TrimRight(baseURL, "/"), Model: model, Key: key, Timeout: cmp.Or(timeout, 60*time.Second)}
-	if rps > 0 {
-		m.Limiter = rate.NewLimiter(rate.Limit(rps), 1)
-	}
-	m.Client = &http.Client{Timeout: m.Timeout}
-	return m
+// NewModelExtractor makes an extractor for baseURL and model, each call granted by lim
+// (nil: unlimited) and then given timeout (default 60s).
+func NewModelExtractor(baseURL, model, key string, lim *ratelimit.Limiter, timeout time.Duration) *ModelExtractor {
+	return &ModelExtractor{BaseURL: strings.TrimRight(baseURL, "/"), Model: model, Key: key, Limiter: lim,
+		Timeout: cmp.Or(timeout, 60*time.Second), Client: http.DefaultClient}
 }
 
 // Versions are the prompt's version, the schema ParseAnswer checks, and the model's name.
@@ -88,10 +87,16 @@ type chatResponse struct {
 // Extract asks the model about one document.
 func (m *ModelExtractor) Extract(ctx context.Context, invoiceNo string, doc []byte) ([]byte, error) {
 	if m.Limiter != nil {
-		if err := m.Limiter.Wait(ctx); err != nil {
+		if _, err := m.Limiter.Wait(ctx); err != nil {
+			if errors.Is(err, ratelimit.ErrState) {
+				return nil, fmt.Errorf("waiting for the model's rate limit: %w", err)
+			}
 			return nil, fmt.Errorf("%w: waiting for the model's rate limit: %w", ErrTemporary, err)
 		}
 	}
+	// The call's time starts at its grant.
+	callCtx, cancel := context.WithTimeout(ctx, cmp.Or(m.Timeout, 60*time.Second))
+	defer cancel()
 	body, err := json.Marshal(chatRequest{
 		Model: m.Model, Temperature: 0, ResponseFormat: map[string]string{"type": "json_object"},
 		Messages: []chatMessage{{Role: "system", Content: ModelPrompt}, {Role: "user", Content: string(doc)}},
@@ -99,7 +104,7 @@ func (m *ModelExtractor) Extract(ctx context.Context, invoiceNo string, doc []by
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.BaseURL+"/chat/completions", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, m.BaseURL+"/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("the model's URL: %w", err)
 	}
@@ -107,7 +112,7 @@ func (m *ModelExtractor) Extract(ctx context.Context, invoiceNo string, doc []by
 	if m.Key != "" {
 		req.Header.Set("Authorization", "Bearer "+m.Key)
 	}
-	resp, err := m.Client.Do(req)
+	resp, err := cmp.Or(m.Client, http.DefaultClient).Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%w: asking the model about %s: %w", ErrTemporary, invoiceNo, err)
 	}

@@ -10,6 +10,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/internal/natstest"
+	"github.com/cairnhq/cairn/pkg/ratelimit"
 )
 
 // fakeModel speaks the chat-completions API: it reads the invoice with the rules, unless
@@ -125,7 +130,7 @@ func TestModelExtractor(t *testing.T) {
 			f := &fakeModel{behave: c.behave, seen: make(chan chatRequest, 1)}
 			srv := httptest.NewServer(f)
 			defer srv.Close()
-			m := NewModelExtractor(srv.URL+"/v1/", "test-model", "k-1", 100, 300*time.Millisecond)
+			m := NewModelExtractor(srv.URL+"/v1/", "test-model", "k-1", nil, 300*time.Millisecond)
 			answer, err := m.Extract(ctx, "INV-20261013-0001", []byte(sampleInvoice))
 			c.check(t, answer, err)
 			req := <-f.seen
@@ -134,7 +139,7 @@ func TestModelExtractor(t *testing.T) {
 			}
 		})
 	}
-	m := NewModelExtractor("http://x", "m-9", "", 1, 0)
+	m := NewModelExtractor("http://x", "m-9", "", nil, 0)
 	if v := m.Versions(); v != (ExtractorVersions{Prompt: ModelPromptVersion, Schema: RuleSchemaVersion, Model: "m-9"}) {
 		t.Errorf("versions %+v", v)
 	}
@@ -152,5 +157,31 @@ func unreadableErr(t *testing.T, answer []byte, err error) {
 	var u *UnreadableError
 	if !errors.As(err, &u) {
 		t.Fatalf("got %v (answer %s), want an unreadable invoice", err, answer)
+	}
+}
+
+// The wait for the shared limit is not part of the call: at 1 call a second, the second
+// call waits most of a second for its slot, longer than the call's 300ms timeout, and still gets
+// its answer; the limiter counts both grants.
+func TestModelTimeoutStartsAtTheGrant(t *testing.T) {
+	js := natstest.JetStream(t)
+	ctx := t.Context()
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "limits"}); err != nil {
+		t.Fatal(err)
+	}
+	lim, err := ratelimit.New(ctx, ratelimit.Config{JS: js, Limit: ratelimit.Limit{Bucket: "limits", Key: "model", PerSecond: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(&fakeModel{})
+	defer srv.Close()
+	m := NewModelExtractor(srv.URL+"/v1", "test-model", "k-1", lim, 300*time.Millisecond)
+	for i := range 2 {
+		if _, err := m.Extract(ctx, "INV-20261013-0001", []byte(sampleInvoice)); err != nil {
+			t.Fatalf("call %d: %v", i+1, err)
+		}
+	}
+	if s := lim.Stats(); s.Grants != 2 || s.Waited < 300*time.Millisecond {
+		t.Errorf("limiter stats %+v, want 2 grants and the second's wait over the call's timeout", s)
 	}
 }

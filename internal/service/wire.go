@@ -32,6 +32,7 @@ import (
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/metrics"
 	"github.com/cairnhq/cairn/pkg/outbox"
+	"github.com/cairnhq/cairn/pkg/ratelimit"
 	"github.com/cairnhq/cairn/pkg/runner"
 	"github.com/cairnhq/cairn/pkg/supervisor"
 )
@@ -190,7 +191,14 @@ func (d *Deps) NightEnv(ctx context.Context) (*night.Env, func(), error) {
 	}
 	var extractor recon.Extractor = recon.RuleExtractor{}
 	if c := d.Config; c.ModelURL != "" {
-		extractor = recon.NewModelExtractor(c.ModelURL, c.ModelName, c.ModelKey, c.ModelRPS, c.ModelTimeout)
+		lim, err := ratelimit.New(ctx, ratelimit.Config{JS: d.JS, Limit: c.ModelLimit()})
+		if err != nil {
+			ledger.Close()
+			erp.Close()
+			return nil, nil, fmt.Errorf("CAIRN_MODEL_RPS: %w", err)
+		}
+		limitMetrics(d.Metrics, lim)
+		extractor = recon.NewModelExtractor(c.ModelURL, c.ModelName, c.ModelKey, lim, c.ModelTimeout)
 	}
 	env := &night.Env{
 		InboxDir: d.Config.InboxDir, Ledger: ledger, ERP: erp, Memo: d.Memo, Marks: d.Marks, Extractor: extractor,

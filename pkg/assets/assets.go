@@ -28,7 +28,10 @@ const (
 	BucketOutbox    = "cairn-outbox-sent"
 	// BucketNaturalKeys claims each run's input for one run id (see package supervisor).
 	BucketNaturalKeys = "cairn-natural-keys"
-	ObjectArtifacts   = "cairn-artifacts"
+	// BucketLimits keeps the declared rate limits of outside systems, one key each, shared
+	// by every instance (see package ratelimit).
+	BucketLimits    = "cairn-limits"
+	ObjectArtifacts = "cairn-artifacts"
 
 	ConsumerControl     = "control"
 	ConsumerCompensator = "compensator"
@@ -144,6 +147,7 @@ func (c Config) Buckets() []jetstream.KeyValueConfig {
 		kv(BucketHandovers, 8),
 		kv(BucketOutbox, 4),
 		kv(BucketNaturalKeys, 4),
+		kv(BucketLimits, 1),
 	}
 }
 

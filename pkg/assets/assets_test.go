@@ -98,7 +98,7 @@ func TestEnsureCreatesBucketsAndObjectStore(t *testing.T) {
 	ctx := t.Context()
 	ensure(t, js, config())
 
-	for _, b := range []string{"cairn-runs", "cairn-memo", "cairn-handovers", "cairn-outbox-sent", "cairn-natural-keys"} {
+	for _, b := range []string{"cairn-runs", "cairn-memo", "cairn-handovers", "cairn-outbox-sent", "cairn-natural-keys", "cairn-limits"} {
 		kv, err := js.KeyValue(ctx, b)
 		if err != nil {
 			t.Errorf("bucket %s: %v", b, err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/cairnhq/cairn/pkg/pipeline"
+	"github.com/cairnhq/cairn/pkg/ratelimit"
 )
 
 // ErrGaps is wrapped by [Map.Err] when the map has gaps.
@@ -24,6 +25,10 @@ type Settings struct {
 	// RateLimits are calls per second, by the name of the setting that declares them
 	// (the names steps give in pipeline.Step.RateLimit).
 	RateLimits map[string]float64 `json:"rate_limits"`
+	// SharedLimits are, by the same names, the limits that keep a rate limit for every
+	// instance at once (pkg/ratelimit), as the steps wait for them; a rate limit without
+	// one is kept by each process alone, so N instances call N times the rate.
+	SharedLimits map[string]ratelimit.Limit `json:"shared_limits"`
 }
 
 func (s Settings) withDefaults() Settings {
@@ -47,6 +52,11 @@ func (s Settings) validate() error {
 	for _, name := range slices.Sorted(maps.Keys(s.RateLimits)) {
 		if r := s.RateLimits[name]; !(r > 0) {
 			errs = append(errs, fmt.Errorf("rate limit %s must be positive, not %v", name, r))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.SharedLimits)) {
+		if l, r := s.SharedLimits[name], s.RateLimits[name]; l.PerSecond != r {
+			errs = append(errs, fmt.Errorf("rate limit %s is %v, its shared limit keeps %v", name, r, l.PerSecond))
 		}
 	}
 	return errors.Join(errs...)

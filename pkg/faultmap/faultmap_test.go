@@ -11,6 +11,7 @@ import (
 	"github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/pkg/faultmap"
 	"github.com/cairnhq/cairn/pkg/pipeline"
+	"github.com/cairnhq/cairn/pkg/ratelimit"
 )
 
 // defaults are the settings' defaults (DESIGN.md, "Configuration").
@@ -300,5 +301,44 @@ func TestDriftPoints(t *testing.T) {
 	d.Steps[1].ChecksSource = true
 	if m, err = faultmap.Analyze(d, defaults()); err != nil || len(m.Gaps) != 0 {
 		t.Errorf("with its check: gaps %+v (%v), want none", m.Gaps, err)
+	}
+}
+
+// A rate limit with a shared limit says so, from the limit itself; one without says each
+// process keeps it alone; a shared limit that keeps another rate is refused.
+func TestSharedLimit(t *testing.T) {
+	t.Parallel()
+	d := pipeline.Definition{Name: "one", Steps: []pipeline.Step{{Name: "ask", Kind: pipeline.ModelCall, Leased: true,
+		Checkpoint: "answers", Effects: "model call", Memo: "memo", ItemRetries: true, RateLimit: "RPS"}}}
+	l := ratelimit.Limit{Bucket: "limits", Key: "ask", PerSecond: 5, Burst: 1}
+	s := defaults()
+	s.RateLimits = map[string]float64{"RPS": 5}
+	alone, err := faultmap.Analyze(d, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SharedLimits = map[string]ratelimit.Limit{"RPS": l}
+	shared, err := faultmap.Analyze(d, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := alone.Steps[0].Retry.SharedLimit; got != "" {
+		t.Errorf("without a shared limit: %q, want none", got)
+	}
+	if got := shared.Steps[0].Retry.SharedLimit; got != l.String() || !strings.Contains(got, "shared by every instance") {
+		t.Errorf("shared limit %q, want %q", got, l.String())
+	}
+	for m, want := range map[*faultmap.Map]string{&alone: "5 calls per second, kept by each process alone", &shared: l.String()} {
+		var b strings.Builder
+		if err := m.WriteText(&b); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), "RPS = "+want) {
+			t.Errorf("the text lacks %q:\n%s", "RPS = "+want, b.String())
+		}
+	}
+	s.SharedLimits = map[string]ratelimit.Limit{"RPS": {Bucket: "limits", Key: "ask", PerSecond: 4}}
+	if _, err := faultmap.Analyze(d, s); err == nil || !strings.Contains(err.Error(), "shared limit keeps 4") {
+		t.Errorf("a shared limit of 4 for a rate limit of 5: %v, want refused", err)
 	}
 }

@@ -24,6 +24,9 @@ type Retry struct {
 	// RateLimitPerSecond its value; empty and 0 when the step declares none.
 	RateLimit          string  `json:"rate_limit"`
 	RateLimitPerSecond float64 `json:"rate_limit_per_second"`
+	// SharedLimit is how every instance keeps the rate limit together (ratelimit.Limit's
+	// String); empty when each process keeps it alone, or none is declared.
+	SharedLimit string `json:"shared_limit"`
 }
 
 // firstTryBackoff is Attempt.Retry's first wait; each next one doubles it.
@@ -47,6 +50,9 @@ func retryOf(st pipeline.Step, s Settings) (Retry, error) {
 			return Retry{}, fmt.Errorf("step %s names rate limit %s, which the settings do not give", st.Name, st.RateLimit)
 		}
 		r.RateLimit, r.RateLimitPerSecond = st.RateLimit, rps
+		if l, ok := s.SharedLimits[st.RateLimit]; ok {
+			r.SharedLimit = l.String()
+		}
 	}
 	// The schedule of one item's calls, from its first, every call failing at once.
 	var calls []time.Duration

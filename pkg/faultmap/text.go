@@ -131,7 +131,11 @@ func rateText(r Retry) string {
 	if float64(r.PeakPerSecond) > r.RateLimitPerSecond {
 		verdict = "EXCEEDED"
 	}
-	return fmt.Sprintf("%s = %g calls per second; retries peak at %d: %s", r.RateLimit, r.RateLimitPerSecond, r.PeakPerSecond, verdict)
+	limit := fmt.Sprintf("%g calls per second, kept by each process alone (N instances call N times the rate)", r.RateLimitPerSecond)
+	if r.SharedLimit != "" {
+		limit = r.SharedLimit
+	}
+	return fmt.Sprintf("%s = %s; retries peak at %d: %s", r.RateLimit, limit, r.PeakPerSecond, verdict)
 }
 
 func rates(r map[string]float64) string {
