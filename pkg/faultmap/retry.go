@@ -23,8 +23,8 @@ type Retry struct {
 	Jitter                 float64    `json:"jitter"`                    // the policies' jitter, ±fraction of each wait
 	WorstCalls             int        `json:"worst_case_calls"`          // calls of one item while every call fails
 	WorstMS                int64      `json:"worst_case_ms"`             // from its first call to its last, every wait at its longest
-	CrashCapCalls    int     `json:"crash_cap_calls"`    // calls of one item on one step event, crashes included
-	PeakPerSecond    int     `json:"peak_calls_per_second"`
+	CrashCapCalls          int        `json:"crash_cap_calls"`           // calls of one item on one step event, crashes included
+	PeakPerSecond          int        `json:"peak_calls_per_second"`
 	// RateLimit is the setting that declares the outside system's calls per second, and
 	// RateLimitPerSecond its value; empty and 0 when the step declares none.
 	RateLimit          string  `json:"rate_limit"`
