@@ -45,6 +45,7 @@ func runFaultmap(w io.Writer, args []string) error {
 	m, err := faultmap.Analyze(night.Pipeline, faultmap.Settings{
 		RetryAttempts: cfg.RetryAttempts, LoopGuard: cfg.LoopGuard, MaxDeliver: cfg.MaxDeliver,
 		ApprovalSteps: steps, RateLimits: map[string]float64{"CAIRN_MODEL_RPS": cfg.ModelRPS},
+		OutboxBackoff: cfg.OutboxBackoff,
 	})
 	if err != nil {
 		return err

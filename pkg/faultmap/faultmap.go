@@ -7,7 +7,9 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 )
 
@@ -24,12 +26,16 @@ type Settings struct {
 	// RateLimits are calls per second, by the name of the setting that declares them
 	// (the names steps give in pipeline.Step.RateLimit).
 	RateLimits map[string]float64 `json:"rate_limits"`
+	// OutboxBackoff caps the outbox sender's waits (CAIRN_OUTBOX_BACKOFF); default
+	// outbox.DefaultMaxBackoff.
+	OutboxBackoff time.Duration `json:"outbox_backoff_ns"`
 }
 
 func (s Settings) withDefaults() Settings {
 	s.RetryAttempts = cmp.Or(s.RetryAttempts, 3)
 	s.LoopGuard = cmp.Or(s.LoopGuard, 3)
 	s.MaxDeliver = cmp.Or(s.MaxDeliver, 20)
+	s.OutboxBackoff = cmp.Or(s.OutboxBackoff, outbox.DefaultMaxBackoff)
 	return s
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/pkg/faultmap"
+	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/runner"
 )
@@ -50,7 +51,7 @@ func TestRealPipelineHasNoGaps(t *testing.T) {
 			t.Errorf("text does not end with gaps: none:\n%s", out.String())
 		}
 		// The shared retry policy, as the runner has it, and the jitter bounds of its waits.
-		for _, want := range []string{runner.ItemPolicy(3).String(), runner.AttemptPolicy().String(), "±10%",
+		for _, want := range []string{runner.ItemPolicy(3).String(), runner.AttemptPolicy().String(), outbox.RetryPolicy(outbox.DefaultMaxBackoff).String(), "±10%",
 			"3 tries per item (waits 90ms–110ms, 180ms–220ms)", "× 3 attempts (waits 1.8s–2.2s, 3.6s–4.4s)"} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("text does not show %q:\n%s", want, out.String())

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 )
 
@@ -21,8 +22,8 @@ func (m Map) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "retries: %d tries per item, loop guard %d, max deliver %d; approval: %s; rate limits: %s\n",
 		s.RetryAttempts, s.LoopGuard, s.MaxDeliver, list(s.ApprovalSteps), rates(s.RateLimits))
 	item, attempt := Policies(s)
-	fmt.Fprintf(tw, "retry policy (shared by the runner, the outbox and the compensator): tries of an item wait %s; failed attempts come back after %s\n",
-		item, attempt)
+	fmt.Fprintf(tw, "retry policy (package retry, shared by the runner, the compensator and the outbox): tries of an item wait %s; failed attempts come back after %s; outbox messages after %s\n",
+		item, attempt, outbox.RetryPolicy(s.OutboxBackoff))
 	for _, st := range m.Steps {
 		fmt.Fprintf(tw, "\n%d. %s\n", st.N, st.Name)
 		row := func(label, value string) { fmt.Fprintf(tw, "   %s\t%s\n", label, value) }
