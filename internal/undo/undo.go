@@ -49,11 +49,12 @@ type Config struct {
 	Heartbeat   time.Duration      // default 5s
 	TakeoverGap time.Duration      // default 500ms
 	Faults      *faults.Set        // undo.before-write.N and the other points
+	Now         func() time.Time
+	Logger      *slog.Logger
+
 	// RetryAttempts is the tries of one reversal that fails temporarily (a dropped database
 	// connection, SQLITE_BUSY), with runner.ItemPolicy's waits; default 3.
 	RetryAttempts int
-	Now           func() time.Time
-	Logger        *slog.Logger
 }
 
 // Compensator consumes undo commands.
