@@ -46,7 +46,8 @@ func runFaultmap(w io.Writer, args []string) error {
 	m, err := faultmap.Analyze(night.Pipeline, faultmap.Settings{
 		RetryAttempts: cfg.RetryAttempts, LoopGuard: cfg.LoopGuard, MaxDeliver: cfg.MaxDeliver,
 		ApprovalSteps: steps, RateLimits: map[string]float64{"CAIRN_MODEL_RPS": cfg.ModelRPS},
-		SharedLimits: map[string]ratelimit.Limit{"CAIRN_MODEL_RPS": cfg.ModelLimit()},
+		SharedLimits:  map[string]ratelimit.Limit{"CAIRN_MODEL_RPS": cfg.ModelLimit()},
+		OutboxBackoff: cfg.OutboxBackoff,
 	})
 	if err != nil {
 		return err

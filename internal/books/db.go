@@ -124,14 +124,16 @@ func (db *DB) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	}
 	tx, err := db.sql.BeginTx(ctx, opts)
 	if err != nil {
-		return fmt.Errorf("beginning transaction: %w", err)
+		return transient(fmt.Errorf("beginning transaction: %w", err))
 	}
 	defer tx.Rollback() // a no-op after Commit
 	if err := fn(tx); err != nil {
-		return err
+		return transient(err)
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("committing: %w", err)
+		// The commit's answer may be lost with the connection: a retry finds the keyed
+		// rows there with the same payload, so a lost connection is temporary here too.
+		return transient(fmt.Errorf("committing: %w", err))
 	}
 	return nil
 }

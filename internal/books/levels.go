@@ -39,7 +39,7 @@ func (s *Stock) Levels(ctx context.Context, warehouse string, skus []string) (ma
 		return rows.Err()
 	})
 	if err != nil {
-		return nil, fmt.Errorf("reading stock levels of warehouse %q: %w", warehouse, err)
+		return nil, transient(fmt.Errorf("reading stock levels of warehouse %q: %w", warehouse, err))
 	}
 	return levels, nil
 }

@@ -44,7 +44,7 @@ type Stock struct {
 // AdoptFence moves the run's fence to t's epoch and token, as Ledger.AdoptFence.
 func (s *Stock) AdoptFence(ctx context.Context, t fence.Token) error {
 	if err := fence.Adopt(ctx, s.db.sql, s.db.dialect, s.t.fences, t); err != nil {
-		return fmt.Errorf("adopting stock fence: %w", err)
+		return transient(fmt.Errorf("adopting stock fence: %w", err))
 	}
 	return nil
 }
@@ -53,7 +53,7 @@ func (s *Stock) AdoptFence(ctx context.Context, t fence.Token) error {
 // call it right after taking a lease.
 func (s *Stock) RaiseFence(ctx context.Context, t fence.Token) error {
 	if err := fence.Hold(ctx, s.db.sql, s.db.dialect, s.t.fences, t); err != nil {
-		return fmt.Errorf("raising stock fence: %w", err)
+		return transient(fmt.Errorf("raising stock fence: %w", err))
 	}
 	return nil
 }
@@ -156,7 +156,7 @@ func (s *Stock) get(ctx context.Context, q rowQuerier, key string) (Adjustment, 
 		return Adjustment{}, false, nil
 	}
 	if err != nil {
-		return Adjustment{}, false, fmt.Errorf("reading stock adjustment %q: %w", key, err)
+		return Adjustment{}, false, transient(fmt.Errorf("reading stock adjustment %q: %w", key, err))
 	}
 	return a, true, nil
 }
@@ -171,19 +171,19 @@ func (s *Stock) Get(ctx context.Context, key string) (Adjustment, bool, error) {
 func (s *Stock) ListRun(ctx context.Context, runID string) ([]Adjustment, error) {
 	rows, err := s.db.sql.QueryContext(ctx, s.db.q(`SELECT `+adjustmentColumns+` FROM `+s.t.adjustments+` WHERE run_id = ?`+s.db.orderByKey()), runID)
 	if err != nil {
-		return nil, fmt.Errorf("listing stock adjustments of run %q: %w", runID, err)
+		return nil, transient(fmt.Errorf("listing stock adjustments of run %q: %w", runID, err))
 	}
 	defer rows.Close()
 	var adjs []Adjustment
 	for rows.Next() {
 		a, err := scanAdjustment(rows)
 		if err != nil {
-			return nil, fmt.Errorf("listing stock adjustments of run %q: %w", runID, err)
+			return nil, transient(fmt.Errorf("listing stock adjustments of run %q: %w", runID, err))
 		}
 		adjs = append(adjs, a)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("listing stock adjustments of run %q: %w", runID, err)
+		return nil, transient(fmt.Errorf("listing stock adjustments of run %q: %w", runID, err))
 	}
 	return adjs, nil
 }

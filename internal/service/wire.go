@@ -242,7 +242,7 @@ func (d *Deps) settle(ctx context.Context, runID string) {
 func (d *Deps) RunCompensator(ctx context.Context, env *night.Env) error {
 	c, err := undo.New(undo.Config{
 		JS: d.JS, Store: d.Store, Ledger: env.Ledger, ERP: env.ERP, Marks: d.Marks, Heartbeat: d.Config.Heartbeat,
-		TakeoverGap: d.Config.TakeoverGap, Faults: d.Faults, Now: d.Now, Logger: d.Logger,
+		TakeoverGap: d.Config.TakeoverGap, Faults: d.Faults, Now: d.Now, Logger: d.Logger, RetryAttempts: d.Config.RetryAttempts,
 	})
 	if err != nil {
 		return err

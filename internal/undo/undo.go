@@ -51,6 +51,10 @@ type Config struct {
 	Faults      *faults.Set        // undo.before-write.N and the other points
 	Now         func() time.Time
 	Logger      *slog.Logger
+
+	// RetryAttempts is the tries of one reversal that fails temporarily (a dropped database
+	// connection, SQLITE_BUSY), with runner.ItemPolicy's waits; default 3.
+	RetryAttempts int
 }
 
 // Compensator consumes undo commands.
@@ -65,6 +69,7 @@ type Compensator struct {
 func New(c Config) (*Compensator, error) {
 	c.Heartbeat = cmp.Or(c.Heartbeat, 5*time.Second)
 	c.TakeoverGap = cmp.Or(c.TakeoverGap, 500*time.Millisecond)
+	c.RetryAttempts = cmp.Or(c.RetryAttempts, 3)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -142,8 +147,14 @@ func (c *Compensator) Handle(ctx context.Context, m jetstream.Msg) {
 		c.log.Warn("undo rejected", slog.String("subject", m.Subject()), slog.Any("reason", err))
 		_ = m.TermWithReason(err.Error())
 	default:
-		c.log.Warn("undo failed, will retry", slog.String("run_id", ev.Subject), slog.Any("error", err))
-		_ = m.NakWithDelay(time.Second)
+		// Like a step's failed attempt: the runner's attempt policy, by the deliveries so far.
+		var delivered uint64
+		if meta != nil {
+			delivered = meta.NumDelivered
+		}
+		delay := runner.AttemptPolicy().Delay(int(min(max(delivered, 1), 64)) - 1)
+		c.log.Warn("undo failed, will retry", slog.String("run_id", ev.Subject), slog.Any("error", err), slog.Duration("delay", delay))
+		_ = m.NakWithDelay(delay)
 	}
 }
 
@@ -274,7 +285,14 @@ func (c *Compensator) reverse(ctx context.Context, m jetstream.Msg, h *kc.Holder
 		if err := c.cfg.Faults.Hit(ctx, Step, faults.BeforeWrite, n); err != nil {
 			return c.stop(ctx, h, err)
 		}
-		made, err := c.apply(ctx, ledger, stock, token, cur, e)
+		// A reversal that fails temporarily is tried again in place; its key makes a repeat
+		// of one that landed (its answer lost) a no-op.
+		var made bool
+		err := runner.ItemPolicy(c.cfg.RetryAttempts).Do(ctx, runner.IsTemporary, func(int) error {
+			var err error
+			made, err = c.apply(ctx, ledger, stock, token, cur, e)
+			return err
+		})
 		if err != nil {
 			return c.stop(ctx, h, fmt.Errorf("reversing %s: %w", e.Intent.Key, err))
 		}

@@ -5,18 +5,21 @@
 //
 // # Worst case of a retry policy
 //
-// The numbers follow the runner (package runner) under [Settings]:
+// The numbers follow the runner (package runner) under [Settings], computed from its own
+// retry policies ([Policies]: runner.ItemPolicy and runner.AttemptPolicy, package retry):
 //
 //   - A step with [pipeline.Step.ItemRetries] tries each item's outside call up to
 //     RetryAttempts times in one attempt, waiting 100ms, 200ms, 400ms ... between tries
 //     (Attempt.Retry). Any other step calls once per attempt.
 //   - An attempt that fails temporarily comes back with NakWithDelay after 1s<<n (n = the
 //     failed attempts so far, capped at 30s); the failure that reaches LoopGuard hands the
-//     run over. Every attempt is a delivery, and the runner parks a step event at its
+//     run over.
+//   - Every wait is drawn within ±10% of its base (never past its cap): the map gives each
+//     wait's bounds, the worst time at the longest waits and the peak at the shortest. Every attempt is a delivery, and the runner parks a step event at its
 //     MaxDeliver-th delivery, so min(LoopGuard, MaxDeliver-1) attempts run.
 //
 // So one item is called at most tries × attempts times while every call fails at once (as
-// a 429 does), over the sum of those waits. A crash is not a failure the loop guard counts:
+// a 429 does), over at most the sum of the longest waits. A crash is not a failure the loop guard counts:
 // crashes and redeliveries are bounded only by MaxDeliver, so one step event calls one item
 // at most tries × (MaxDeliver-1) times. A reassignment by the supervisor publishes a new
 // step event; those are bounded by CAIRN_REASSIGN_LIMIT and not counted here.

@@ -7,7 +7,9 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
 )
@@ -29,12 +31,16 @@ type Settings struct {
 	// instance at once (pkg/ratelimit), as the steps wait for them; a rate limit without
 	// one is kept by each process alone, so N instances call N times the rate.
 	SharedLimits map[string]ratelimit.Limit `json:"shared_limits"`
+	// OutboxBackoff caps the outbox sender's waits (CAIRN_OUTBOX_BACKOFF); default
+	// outbox.DefaultMaxBackoff.
+	OutboxBackoff time.Duration `json:"outbox_backoff_ns"`
 }
 
 func (s Settings) withDefaults() Settings {
 	s.RetryAttempts = cmp.Or(s.RetryAttempts, 3)
 	s.LoopGuard = cmp.Or(s.LoopGuard, 3)
 	s.MaxDeliver = cmp.Or(s.MaxDeliver, 20)
+	s.OutboxBackoff = cmp.Or(s.OutboxBackoff, outbox.DefaultMaxBackoff)
 	return s
 }
 

@@ -10,8 +10,10 @@ import (
 
 	"github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/pkg/faultmap"
+	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
+	"github.com/cairnhq/cairn/pkg/runner"
 )
 
 // defaults are the settings' defaults (DESIGN.md, "Configuration").
@@ -48,6 +50,13 @@ func TestRealPipelineHasNoGaps(t *testing.T) {
 		}
 		if !strings.HasSuffix(out.String(), "\ngaps: none\n") {
 			t.Errorf("text does not end with gaps: none:\n%s", out.String())
+		}
+		// The shared retry policy, as the runner has it, and the jitter bounds of its waits.
+		for _, want := range []string{runner.ItemPolicy(3).String(), runner.AttemptPolicy().String(), outbox.RetryPolicy(outbox.DefaultMaxBackoff).String(), "±10%",
+			"3 tries per item (waits 90ms–110ms, 180ms–220ms)", "× 3 attempts (waits 1.8s–2.2s, 3.6s–4.4s)"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("text does not show %q:\n%s", want, out.String())
+			}
 		}
 	}
 }
@@ -142,11 +151,11 @@ func TestRetryWorstCase(t *testing.T) {
 		peak                        int
 		tryWaits, attemptWaits      []int64
 	}{
-		{"defaults, item retries", 3, 3, 20, true, 3, 3, 9, 57, 6900, 3, []int64{100, 200}, []int64{2000, 4000}},
-		{"defaults, one call an attempt", 3, 3, 20, false, 1, 3, 3, 19, 6000, 1, []int64{}, []int64{2000, 4000}},
-		{"six tries, one attempt", 6, 1, 20, true, 6, 1, 6, 114, 3100, 4, []int64{100, 200, 400, 800, 1600}, []int64{}},
-		{"max deliver below the loop guard", 2, 5, 2, true, 2, 1, 2, 2, 100, 2, []int64{100}, []int64{}},
-		{"capped attempt waits", 1, 7, 20, true, 1, 7, 7, 19, 90000, 1, []int64{}, []int64{2000, 4000, 8000, 16000, 30000, 30000}},
+		{"defaults, item retries", 3, 3, 20, true, 3, 3, 9, 57, 7590, 3, []int64{100, 200}, []int64{2000, 4000}},
+		{"defaults, one call an attempt", 3, 3, 20, false, 1, 3, 3, 19, 6600, 1, []int64{}, []int64{2000, 4000}},
+		{"six tries, one attempt", 6, 1, 20, true, 6, 1, 6, 114, 3410, 4, []int64{100, 200, 400, 800, 1600}, []int64{}},
+		{"max deliver below the loop guard", 2, 5, 2, true, 2, 1, 2, 2, 110, 2, []int64{100}, []int64{}},
+		{"capped attempt waits", 1, 7, 20, true, 1, 7, 7, 19, 93000, 1, []int64{}, []int64{2000, 4000, 8000, 16000, 30000, 30000}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -161,6 +170,18 @@ func TestRetryWorstCase(t *testing.T) {
 				r.WorstMS != tt.ms || r.PeakPerSecond != tt.peak || !slices.Equal(r.TryBackoffMS, tt.tryWaits) || !slices.Equal(r.AttemptBackoffMS, tt.attemptWaits) {
 				t.Errorf("retry %+v, want tries %d attempts %d calls %d cap %d ms %d peak %d waits %v / %v",
 					r, tt.tries, tt.attempts, tt.calls, tt.cap, tt.ms, tt.peak, tt.tryWaits, tt.attemptWaits)
+			}
+			// The bounds are the runner's own policies' (±10%, never past the cap).
+			item, attempt := runner.ItemPolicy(tt.retries), runner.AttemptPolicy()
+			for i, b := range r.TryBackoffBoundsMS {
+				if lo, hi := item.Bounds(i); b != [2]int64{lo.Milliseconds(), hi.Milliseconds()} || b[0] != tt.tryWaits[i]*9/10 {
+					t.Errorf("try wait %d: bounds %v, the runner's %s–%s", i, b, lo, hi)
+				}
+			}
+			for i, b := range r.AttemptBackoffBoundsMS {
+				if lo, hi := attempt.Bounds(i + 1); b != [2]int64{lo.Milliseconds(), hi.Milliseconds()} || b[1] > 30000 {
+					t.Errorf("attempt wait %d: bounds %v, the runner's %s–%s", i, b, lo, hi)
+				}
 			}
 		})
 	}
@@ -256,7 +277,8 @@ func TestJSONShape(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, k := range []string{"tries_per_attempt", "try_backoff_ms", "attempts", "attempt_backoff_ms", "worst_case_calls",
-				"worst_case_ms", "crash_cap_calls", "peak_calls_per_second", "rate_limit", "rate_limit_per_second"} {
+				"worst_case_ms", "crash_cap_calls", "peak_calls_per_second", "rate_limit", "rate_limit_per_second",
+				"try_backoff_bounds_ms", "attempt_backoff_bounds_ms", "jitter"} {
 				if _, ok := r[k]; !ok {
 					t.Errorf("%s: retry of step %s has no %q", tt.d.Name, st["name"], k)
 				}

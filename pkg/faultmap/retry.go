@@ -6,20 +6,25 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/pkg/pipeline"
+	"github.com/cairnhq/cairn/pkg/retry"
+	"github.com/cairnhq/cairn/pkg/runner"
 )
 
 // Retry is a step's retry policy under the settings, and its worst case for one item
 // (see the package documentation). Times are in milliseconds and leave out the calls' own
-// time.
+// time. Each wait is drawn within ±Jitter of its base (the *_bounds_ms, low and high).
 type Retry struct {
-	TriesPerAttempt  int     `json:"tries_per_attempt"`  // calls of one item in one attempt
-	TryBackoffMS     []int64 `json:"try_backoff_ms"`     // the waits between those calls
-	Attempts         int     `json:"attempts"`           // attempts that run before the handover
-	AttemptBackoffMS []int64 `json:"attempt_backoff_ms"` // the NakWithDelay between attempts
-	WorstCalls       int     `json:"worst_case_calls"`   // calls of one item while every call fails
-	WorstMS          int64   `json:"worst_case_ms"`      // from its first call to its last
-	CrashCapCalls    int     `json:"crash_cap_calls"`    // calls of one item on one step event, crashes included
-	PeakPerSecond    int     `json:"peak_calls_per_second"`
+	TriesPerAttempt        int        `json:"tries_per_attempt"`         // calls of one item in one attempt
+	TryBackoffMS           []int64    `json:"try_backoff_ms"`            // the waits between those calls, before jitter
+	TryBackoffBoundsMS     [][2]int64 `json:"try_backoff_bounds_ms"`     // and the range each is drawn from
+	Attempts               int        `json:"attempts"`                  // attempts that run before the handover
+	AttemptBackoffMS       []int64    `json:"attempt_backoff_ms"`        // the NakWithDelay between attempts, before jitter
+	AttemptBackoffBoundsMS [][2]int64 `json:"attempt_backoff_bounds_ms"` // and the range each is drawn from
+	Jitter                 float64    `json:"jitter"`                    // the policies' jitter, ±fraction of each wait
+	WorstCalls             int        `json:"worst_case_calls"`          // calls of one item while every call fails
+	WorstMS                int64      `json:"worst_case_ms"`             // from its first call to its last, every wait at its longest
+	CrashCapCalls          int        `json:"crash_cap_calls"`           // calls of one item on one step event, crashes included
+	PeakPerSecond          int        `json:"peak_calls_per_second"`
 	// RateLimit is the setting that declares the outside system's calls per second, and
 	// RateLimitPerSecond its value; empty and 0 when the step declares none.
 	RateLimit          string  `json:"rate_limit"`
@@ -29,18 +34,16 @@ type Retry struct {
 	SharedLimit string `json:"shared_limit"`
 }
 
-// firstTryBackoff is Attempt.Retry's first wait; each next one doubles it.
-const firstTryBackoff = 100 * time.Millisecond
-
-// attemptBackoff is the runner's NakWithDelay after an attempt failed, when the step has
-// failed n attempts (pkg/runner/failure.go, backoff): 1s<<n, at most 30s.
-func attemptBackoff(n int) time.Duration {
-	return min(time.Second<<min(n, 5), 30*time.Second)
+// Policies are the runner's retry policies under s: the same functions Attempt.Retry and
+// the attempt backoff use (package runner), not copies.
+func Policies(s Settings) (item, attempt retry.Policy) {
+	return runner.ItemPolicy(s.RetryAttempts), runner.AttemptPolicy()
 }
 
 // retryOf works out st's retry policy and its worst case under s.
 func retryOf(st pipeline.Step, s Settings) (Retry, error) {
-	r := Retry{TriesPerAttempt: 1, Attempts: min(s.LoopGuard, s.MaxDeliver-1), TryBackoffMS: []int64{}, AttemptBackoffMS: []int64{}}
+	r := Retry{TriesPerAttempt: 1, Attempts: min(s.LoopGuard, s.MaxDeliver-1), TryBackoffMS: []int64{}, AttemptBackoffMS: []int64{},
+		TryBackoffBoundsMS: [][2]int64{}, AttemptBackoffBoundsMS: [][2]int64{}}
 	if st.ItemRetries {
 		r.TriesPerAttempt = s.RetryAttempts
 	}
@@ -54,29 +57,33 @@ func retryOf(st pipeline.Step, s Settings) (Retry, error) {
 			r.SharedLimit = l.String()
 		}
 	}
-	// The schedule of one item's calls, from its first, every call failing at once.
+	// The schedule of one item's calls, from its first, every call failing at once: at the
+	// shortest waits for the peak, at the longest for the worst time.
+	item, attempt := Policies(s)
+	r.Jitter = item.Jitter
 	var calls []time.Duration
-	var at time.Duration
+	var at, longest time.Duration
 	for a := range r.Attempts {
 		if a > 0 {
-			d := attemptBackoff(a)
-			r.AttemptBackoffMS = append(r.AttemptBackoffMS, d.Milliseconds())
-			at += d
+			lo, hi := attempt.Bounds(a)
+			r.AttemptBackoffMS = append(r.AttemptBackoffMS, attempt.Base(a).Milliseconds())
+			r.AttemptBackoffBoundsMS = append(r.AttemptBackoffBoundsMS, [2]int64{lo.Milliseconds(), hi.Milliseconds()})
+			at, longest = at+lo, longest+hi
 		}
-		wait := firstTryBackoff
 		for t := range r.TriesPerAttempt {
 			if t > 0 {
+				lo, hi := item.Bounds(t - 1)
 				if a == 0 {
-					r.TryBackoffMS = append(r.TryBackoffMS, wait.Milliseconds())
+					r.TryBackoffMS = append(r.TryBackoffMS, item.Base(t-1).Milliseconds())
+					r.TryBackoffBoundsMS = append(r.TryBackoffBoundsMS, [2]int64{lo.Milliseconds(), hi.Milliseconds()})
 				}
-				at += wait
-				wait *= 2
+				at, longest = at+lo, longest+hi
 			}
 			calls = append(calls, at)
 		}
 	}
 	r.WorstCalls = len(calls)
-	r.WorstMS = at.Milliseconds()
+	r.WorstMS = longest.Milliseconds()
 	r.CrashCapCalls = r.TriesPerAttempt * (s.MaxDeliver - 1)
 	r.PeakPerSecond = peak(calls, time.Second)
 	return r, nil
@@ -92,6 +99,18 @@ func peak(times []time.Duration, w time.Duration) int {
 		best = max(best, i-first+1)
 	}
 	return best
+}
+
+// ranges renders ranges of milliseconds: "90ms–110ms, 180ms–220ms"; "none" for none.
+func ranges(ms [][2]int64) string {
+	if len(ms) == 0 {
+		return "none"
+	}
+	out := make([]string, len(ms))
+	for i, v := range ms {
+		out[i] = (time.Duration(v[0]) * time.Millisecond).String() + "–" + (time.Duration(v[1]) * time.Millisecond).String()
+	}
+	return strings.Join(out, ", ")
 }
 
 // durations renders milliseconds as durations: "100ms, 200ms"; "none" for none.

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 )
 
@@ -20,6 +21,9 @@ func (m Map) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "pipeline %s, %d steps\n", m.Pipeline, len(m.Steps))
 	fmt.Fprintf(tw, "retries: %d tries per item, loop guard %d, max deliver %d; approval: %s; rate limits: %s\n",
 		s.RetryAttempts, s.LoopGuard, s.MaxDeliver, list(s.ApprovalSteps), rates(s.RateLimits))
+	item, attempt := Policies(s)
+	fmt.Fprintf(tw, "retry policy (package retry, shared by the runner, the compensator and the outbox): tries of an item wait %s; failed attempts come back after %s; outbox messages after %s\n",
+		item, attempt, outbox.RetryPolicy(s.OutboxBackoff))
 	for _, st := range m.Steps {
 		fmt.Fprintf(tw, "\n%d. %s\n", st.N, st.Name)
 		row := func(label, value string) { fmt.Fprintf(tw, "   %s\t%s\n", label, value) }
@@ -100,10 +104,10 @@ func compensationText(st StepMap) string {
 func retryText(r Retry) string {
 	per := "1 call per attempt"
 	if r.TriesPerAttempt > 1 {
-		per = fmt.Sprintf("%d tries per item (waits %s)", r.TriesPerAttempt, durations(r.TryBackoffMS))
+		per = fmt.Sprintf("%d tries per item (waits %s)", r.TriesPerAttempt, ranges(r.TryBackoffBoundsMS))
 	}
 	return fmt.Sprintf("%s × %d attempts (waits %s): worst case %d calls of one item in %s, at most %d in one second; crashes included, at most %d per step event",
-		per, r.Attempts, durations(r.AttemptBackoffMS), r.WorstCalls, time.Duration(r.WorstMS)*time.Millisecond, r.PeakPerSecond, r.CrashCapCalls)
+		per, r.Attempts, ranges(r.AttemptBackoffBoundsMS), r.WorstCalls, time.Duration(r.WorstMS)*time.Millisecond, r.PeakPerSecond, r.CrashCapCalls)
 }
 
 func driftText(d string) string {

@@ -9,7 +9,7 @@ func TestBackoffGrowsToFiveSeconds(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		delivered uint64
-		want      time.Duration
+		want      time.Duration // the wait before jitter
 	}{
 		{0, 100 * time.Millisecond},
 		{1, 100 * time.Millisecond},
@@ -21,11 +21,15 @@ func TestBackoffGrowsToFiveSeconds(t *testing.T) {
 		{1 << 62, 5 * time.Second},
 	}
 	for _, tt := range tests {
-		if got, want := backoffFor(tt.delivered, 300*time.Millisecond), min(tt.want, 300*time.Millisecond); got != want {
-			t.Errorf("backoffFor(%d, 300ms) = %s, want %s", tt.delivered, got, want)
-		}
-		if got := backoffFor(tt.delivered, 5*time.Second); got != tt.want {
-			t.Errorf("backoffFor(%d) = %s, want %s", tt.delivered, got, tt.want)
+		for _, hi := range []time.Duration{300 * time.Millisecond, 5 * time.Second} {
+			base := min(tt.want, hi)
+			// ±10%, never past the cap.
+			lo, top := base-base/10, min(base+base/10, hi)
+			for range 50 {
+				if got := backoffFor(tt.delivered, hi); got < lo || got > top {
+					t.Fatalf("backoffFor(%d, %s) = %s, want within %s–%s", tt.delivered, hi, got, lo, top)
+				}
+			}
 		}
 	}
 }

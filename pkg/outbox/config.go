@@ -50,7 +50,7 @@ type SenderConfig struct {
 	Bucket    string        // default "cairn-outbox-sent"
 	Timeout   time.Duration // one message, delivery included; default DefaultHandleTimeout
 	// MaxBackoff caps the wait between two tries of a message that failed for now (the
-	// waits grow from 100 ms by doubling); default DefaultMaxBackoff.
+	// waits grow from 100 ms by doubling, ±10%: RetryPolicy); default DefaultMaxBackoff.
 	MaxBackoff time.Duration
 	// Workers is how many messages are worked on at once; default DefaultWorkers.
 	Workers int

@@ -51,7 +51,7 @@
 // Sent, already sent, cancelled and dropped messages are acked. Temporary failures
 // (the relay is down, a 4xx reply, a bucket write that timed out) are handed back with
 // NakWithDelay, from 100 ms doubling by delivery count up to [SenderConfig].MaxBackoff,
-// for as long as they last: the outbox-sender durable has no delivery limit, so no
+// each ±10% ([RetryPolicy], a package retry policy), for as long as they last: the outbox-sender durable has no delivery limit, so no
 // message is ever abandoned by one. An undecodable message goes to
 // [SenderConfig].Rejected and is terminated. A message the outside system refused for
 // good ([ErrPermanent]: an SMTP 5xx, a webhook 4xx) gets the mark refused, goes to

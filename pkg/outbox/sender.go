@@ -14,6 +14,7 @@ import (
 
 	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/faults"
+	"github.com/cairnhq/cairn/pkg/retry"
 )
 
 // Log attribute keys.
@@ -254,8 +255,8 @@ func (s *Sender) admit(ctx context.Context, m Message) (bool, string, error) {
 func (s *Sender) finish(ctx context.Context, kv jetstream.KeyValue, m Message, rev uint64) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
-	delay := 100 * time.Millisecond
-	for try := 1; ; try++ {
+	p := retry.Policy{First: minBackoff, Factor: 2, Jitter: 0.1, Tries: 3}
+	for try := 0; ; try++ {
 		_, ok, err := moveMark(ctx, kv, m.RunID, m.Key, Sent, rev)
 		if err == nil && ok {
 			s.marked(ctx, m.RunID)
@@ -273,13 +274,12 @@ func (s *Sender) finish(ctx context.Context, kv jetstream.KeyValue, m Message, r
 			}
 			return nil
 		}
-		if try == 3 {
+		if try+1 == p.Tries {
 			return err
 		}
-		if werr := wait(ctx, delay); werr != nil {
+		if werr := p.Wait(ctx, try); werr != nil {
 			return fmt.Errorf("marking outbox message %q sent: %w", m.Key, errors.Join(err, werr))
 		}
-		delay *= 2
 	}
 }
 
@@ -363,6 +363,13 @@ func decode(msg jetstream.Msg) (Message, error) {
 // minBackoff is the first wait of a message that failed for now.
 const minBackoff = 100 * time.Millisecond
 
+// RetryPolicy is the wait before a message that failed for now is tried again: from 100ms,
+// doubling by delivery, at most hi ([SenderConfig].MaxBackoff, CAIRN_OUTBOX_BACKOFF), each
+// ±10% so that messages that failed together do not come back together.
+func RetryPolicy(hi time.Duration) retry.Policy {
+	return retry.Policy{First: minBackoff, Factor: 2, Max: hi, Jitter: 0.1}
+}
+
 // backoff is the NakWithDelay of a message that failed for now, capped at hi.
 func backoff(msg jetstream.Msg, hi time.Duration) time.Duration {
 	n := uint64(1)
@@ -372,27 +379,9 @@ func backoff(msg jetstream.Msg, hi time.Duration) time.Duration {
 	return backoffFor(n, hi)
 }
 
-// backoffFor grows from 100 ms by the delivery count n (1 on the first
-// delivery), doubling up to hi.
+// backoffFor is RetryPolicy(hi)'s wait after the delivery count n (1 on the first delivery).
 func backoffFor(n uint64, hi time.Duration) time.Duration {
-	if n < 1 {
-		n = 1
-	}
-	if n > 40 { // 100 ms << 39 is past any cap
-		return hi
-	}
-	return min(minBackoff<<(n-1), hi)
-}
-
-func wait(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return RetryPolicy(hi).Delay(int(min(max(n, 1), 64)) - 1) // 100 ms << 63 is past any cap
 }
 
 func truncate(s string, n int) string {

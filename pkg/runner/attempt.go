@@ -134,28 +134,16 @@ func (a *Attempt) Fault(ctx context.Context, point string, n int) error {
 }
 
 // Retry calls fn until it succeeds, fails other than temporarily, or has been tried the
-// configured number of times, backing off from 100 ms. fn gets the try number, from 0.
+// configured number of times, waiting as ItemPolicy says. fn gets the try number, from 0.
 func (a *Attempt) Retry(ctx context.Context, fn func(try int) error) error {
-	var err error
-	delay := 100 * time.Millisecond
-	for try := 0; try < a.r.cfg.RetryAttempts; try++ {
-		if err = fn(try); err == nil || classify(err) != classTemporary {
-			return err
-		}
-		if try+1 == a.r.cfg.RetryAttempts {
-			break
+	p := ItemPolicy(a.r.cfg.RetryAttempts)
+	return p.Do(ctx, func(err error) bool {
+		if classify(err) != classTemporary {
+			return false
 		}
 		a.r.m.Retries.WithLabelValues(a.Step, "item").Inc()
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		delay *= 2
-	}
-	return err
+		return true
+	}, fn)
 }
 
 // Now is the runner's clock.

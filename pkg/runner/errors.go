@@ -3,6 +3,8 @@ package runner
 import (
 	"context"
 	"errors"
+	"net"
+	"syscall"
 
 	"github.com/nats-io/nats.go"
 
@@ -10,11 +12,15 @@ import (
 	"github.com/cairnhq/cairn/pkg/fence"
 	"github.com/cairnhq/cairn/pkg/idempotency"
 	"github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/retry"
 )
 
 var (
-	// ErrTemporary marks an error worth retrying: a timeout, a busy server, a 429 or 5xx.
-	ErrTemporary = errors.New("temporary")
+	// ErrTemporary marks an error worth retrying: a timeout, a busy server, a 429 or 5xx, a
+	// dropped connection. It is retry.ErrTemporary, the mark a store gives its driver's
+	// transient errors (internal/books marks SQLITE_BUSY, PostgreSQL's 40001, 40P01, 57P01
+	// and lost connections with it).
+	ErrTemporary = retry.ErrTemporary
 	// ErrPermanent marks an error that no retry will mend.
 	ErrPermanent = errors.New("permanent")
 	// ErrVerify: the step's result differs from what it meant to do.
@@ -69,12 +75,30 @@ func classify(err error) class {
 		return classStopped
 	case errors.Is(err, ErrTemporary), errors.Is(err, faults.ErrTemporary),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout),
-		errors.Is(err, nats.ErrNoResponders):
+		errors.Is(err, nats.ErrNoResponders), network(err):
 		return classTemporary
 	default:
 		return classUnknown
 	}
 }
+
+// network reports a network failure that the next try may not meet: the peer reset,
+// refused or dropped the connection, or a network operation timed out. Every outside
+// write is keyed, so trying a write again whose answer was lost is safe.
+func network(err error) bool {
+	switch {
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE):
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// IsTemporary reports whether the runner retries err: marked temporary (ErrTemporary,
+// an injected temporary fault), a timeout, or a network failure. A key holding another
+// payload, a lost fence and a stop are never temporary.
+func IsTemporary(err error) bool { return classify(err) == classTemporary }
 
 func (c class) String() string {
 	return [...]string{"temporary", "fenced", "stopped", "unknown"}[c]

@@ -65,10 +65,7 @@ func (r *Runner) fail(ctx context.Context, a *Attempt, h *kc.Holder, err error) 
 	}
 }
 
-func backoff(attempts int) time.Duration {
-	d := time.Second << min(attempts, 5)
-	return min(d, 30*time.Second)
-}
+func backoff(attempts int) time.Duration { return AttemptPolicy().Delay(attempts) }
 
 // fenced: the attempt lost its lease; it writes nothing more and publishes no step event.
 func (r *Runner) fenced(ctx context.Context, a *Attempt, err error) {

@@ -1,0 +1,257 @@
+package books
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/cairnhq/cairn/internal/pgtest"
+	"github.com/cairnhq/cairn/pkg/fence"
+	"github.com/cairnhq/cairn/pkg/retry"
+	"github.com/cairnhq/cairn/pkg/runner"
+)
+
+// assertRetried checks that the runner takes err for temporary: an item retry, no handover.
+func assertRetried(t *testing.T, err error) {
+	t.Helper()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	if !errors.Is(err, retry.ErrTemporary) || !runner.IsTemporary(err) {
+		t.Errorf("%v: not temporary (the runner would hand the run over)", err)
+	}
+}
+
+// A write that meets a SQLite file held by another connection's write transaction fails
+// with SQLITE_BUSY once the busy timeout is out: temporary. Once the other is done, the
+// retry writes.
+func TestSQLiteBusyIsTemporary(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "books.db")
+	// The books' own settings but a busy timeout of 100ms, not 10s, so the test is quick.
+	sqlDB, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(100)&_pragma=foreign_keys(1)&_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sqlDB.Close() })
+	db := &DB{sql: sqlDB, dialect: fence.SQLite}
+	if err := db.init(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	other := openSQLiteAt(t, path)
+	hold, err := other.SQL().Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	if _, err := hold.ExecContext(t.Context(), `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+
+	e := entry("INV-1", 1, "price", 100)
+	_, err = db.Ledger(false).Post(t.Context(), token(1), e)
+	var lite *sqlite.Error
+	if !errors.As(err, &lite) || lite.Code()&0xff != sqlite3.SQLITE_BUSY {
+		t.Fatalf("Post against a held write lock: %v, want SQLITE_BUSY", err)
+	}
+	assertRetried(t, err)
+	_, err = db.Stock(false).Apply(t.Context(), token(1), Adjustment{Key: run + ":stock:1", RunID: run, Warehouse: "ldh", SKU: "S", SupplierID: "SUP-7", QtyDelta: 1, Reason: "r", CreatedAt: at})
+	assertRetried(t, err)
+
+	if _, err := hold.ExecContext(t.Context(), `ROLLBACK`); err != nil {
+		t.Fatal(err)
+	}
+	if inserted, err := db.Ledger(false).Post(t.Context(), token(1), e); err != nil || !inserted {
+		t.Fatalf("the retry after the lock: inserted %t, %v", inserted, err)
+	}
+}
+
+// waitLockWaiter returns the pid of a backend of db's database, other than ours, waiting
+// for a lock.
+func waitLockWaiter(t *testing.T, db *sql.DB) int {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		var pid int
+		err := db.QueryRowContext(t.Context(), `SELECT pid FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock' LIMIT 1`).Scan(&pid)
+		if err == nil {
+			return pid
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling PostgreSQL's view: nothing to wait on
+	}
+	t.Fatal("no backend waits for a lock")
+	return 0
+}
+
+// cmpErr is the first of errs that is not nil.
+func cmpErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func terminate(t *testing.T, db *sql.DB, pid int) {
+	t.Helper()
+	var ok bool
+	if err := db.QueryRowContext(t.Context(), `SELECT pg_terminate_backend($1)`, pid).Scan(&ok); err != nil || !ok {
+		t.Fatalf("pg_terminate_backend(%d): %t, %v", pid, ok, err)
+	}
+}
+
+// A write whose backend is terminated (pg_terminate_backend, 57P01) while it waits inside
+// its transaction is temporary; its retry on a new connection writes, once.
+func TestPostgresTerminatedWriteIsTemporary(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	db, admin := openDSN(t, dsn), openDSN(t, dsn)
+	l := db.Ledger(false)
+	e := entry("INV-1", 1, "price", 100)
+	// Another transaction inserts the same key and keeps it open: Post waits on it.
+	blocker, err := admin.SQL().BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback()
+	if _, err := blocker.ExecContext(t.Context(), `INSERT INTO ledger_entries (key, run_id, invoice_no, line, kind, supplier_id, amount_paise, created_at)
+		VALUES ($1, $2, 'X', 1, 'price', 'SUP-X', 1, $3)`, e.Key, run, at); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := l.Post(context.WithoutCancel(t.Context()), token(1), e); done <- err }()
+	terminate(t, admin.SQL(), waitLockWaiter(t, admin.SQL()))
+	err = <-done
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) || pg.Code != pgAdminShutdown {
+		t.Logf("Post of a terminated backend: %v (not a 57P01 PgError: the connection's end came first)", err)
+	}
+	assertRetried(t, err)
+	if err := blocker.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if inserted, err := l.Post(t.Context(), token(1), e); err != nil || !inserted {
+		t.Fatalf("the retry: inserted %t, %v", inserted, err)
+	}
+	if n := countRows(t, db, "ledger_entries"); n != 1 {
+		t.Fatalf("%d rows, want 1", n)
+	}
+}
+
+// Errors of real PostgreSQL sessions, each passed through the books' marking.
+func TestPostgresTransientErrors(t *testing.T) {
+	db := openDSN(t, pgtest.DSN(t))
+	ctx := t.Context()
+	for _, k := range []string{"a", "b"} {
+		if _, err := db.Ledger(false).Post(ctx, token(1), entry("INV-"+k, 1, "price", 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keyA, keyB := entry("INV-a", 1, "price", 100).Key, entry("INV-b", 1, "price", 100).Key
+
+	t.Run("serialization failure 40001", func(t *testing.T) {
+		serial := &sql.TxOptions{Isolation: sql.LevelSerializable}
+		tx1, err := db.SQL().BeginTx(ctx, serial)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx1.Rollback()
+		tx2, err := db.SQL().BeginTx(ctx, serial)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx2.Rollback()
+		// Each reads the sum, then writes what changes it: write skew, which SERIALIZABLE refuses.
+		for _, tx := range []*sql.Tx{tx1, tx2} {
+			var sum int64
+			if err := tx.QueryRowContext(ctx, `SELECT sum(amount_paise) FROM ledger_entries`).Scan(&sum); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err1 := tx1.ExecContext(ctx, `UPDATE ledger_entries SET amount_paise = 1 WHERE key = $1`, keyA)
+		_, err2 := tx2.ExecContext(ctx, `UPDATE ledger_entries SET amount_paise = 1 WHERE key = $1`, keyB)
+		err = errors.Join(err1, err2)
+		if err == nil {
+			if err = tx1.Commit(); err == nil {
+				err = tx2.Commit()
+			}
+		}
+		var pg *pgconn.PgError
+		if !errors.As(err, &pg) || pg.Code != pgSerializationFailure {
+			t.Fatalf("write skew under SERIALIZABLE: %v, want 40001", err)
+		}
+		assertRetried(t, transient(err))
+	})
+
+	t.Run("deadlock 40P01", func(t *testing.T) {
+		tx1, err := db.SQL().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx1.Rollback()
+		tx2, err := db.SQL().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx2.Rollback()
+		lock := `SELECT key FROM ledger_entries WHERE key = $1 FOR UPDATE`
+		if _, err := tx1.ExecContext(ctx, lock, keyA); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx2.ExecContext(ctx, lock, keyB); err != nil {
+			t.Fatal(err)
+		}
+		first := make(chan error, 1)
+		go func() { _, err := tx1.ExecContext(ctx, lock, keyB); first <- err }()
+		waitLockWaiter(t, db.SQL())
+		_, err2 := tx2.ExecContext(ctx, lock, keyA)
+		_ = tx2.Rollback() // frees tx1 when tx2 was not the victim
+		err1 := <-first
+		err = cmpErr(err1, err2)
+		var pg *pgconn.PgError
+		if !errors.As(err, &pg) || pg.Code != pgDeadlockDetected {
+			t.Fatalf("two transactions locking in opposite orders: %v / %v, want 40P01", err1, err2)
+		}
+		assertRetried(t, transient(err))
+	})
+
+	t.Run("admin shutdown 57P01 and the closed connection", func(t *testing.T) {
+		c, err := db.SQL().Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		var pid int
+		if err := c.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		terminate(t, db.SQL(), pid)
+		_, err = c.ExecContext(ctx, `SELECT 1`)
+		t.Logf("the terminated session's next query: %v", err)
+		assertRetried(t, transient(err))
+		_, err = c.ExecContext(ctx, `SELECT 1`)
+		t.Logf("and the one after: %v", err)
+		assertRetried(t, transient(err))
+	})
+
+	t.Run("not transient", func(t *testing.T) {
+		_, err := db.SQL().ExecContext(ctx, `SELECT * FROM no_such_table`)
+		var pg *pgconn.PgError
+		if !errors.As(err, &pg) || transient(err) != err || runner.IsTemporary(err) {
+			t.Fatalf("an undefined table (%v) is marked temporary", err)
+		}
+		if _, err := db.Ledger(false).Post(ctx, token(1), Entry{Key: keyA, RunID: run, InvoiceNo: "INV-a", Line: 1, Kind: "price", SupplierID: "SUP-7", AmountPaise: 5, CreatedAt: at}); !errors.Is(err, ErrConflict) || runner.IsTemporary(err) {
+			t.Fatalf("a conflict: %v, want ErrConflict, not temporary", err)
+		}
+	})
+}
