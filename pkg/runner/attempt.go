@@ -31,6 +31,8 @@ type Attempt struct {
 	log      *slog.Logger // carries run_id, step and token
 	began    time.Time
 	hbPaused atomic.Bool
+	progress *Progress              // what the loop guard counted, for the handover note
+	guarded  *kvcheckpoint.Progress // the loop guard's count, stored with a handover
 }
 
 // Record returns the checkpoint as it was when the attempt began.

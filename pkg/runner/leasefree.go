@@ -25,6 +25,17 @@ func (r *Runner) runLeaseFree(ctx context.Context, m jetstream.Msg, rec *kc.Reco
 		})
 	}
 	a := r.newAttempt(rec, rev, redelivered)
+	if redelivered {
+		var gerr error
+		rec, rev, gerr = r.guardLeaseFree(ctx, a, rec, rev)
+		if errors.Is(gerr, kc.ErrSkip) {
+			return ack
+		}
+		if gerr != nil {
+			return r.failLeaseFree(ctx, a, gerr)
+		}
+		a.rec = rec
+	}
 	res, err := r.runWithHeartbeat(ctx, m, a, nil)
 	if err == nil {
 		if v, ok := r.cfg.Step.(Verifier); ok {
@@ -81,10 +92,10 @@ func (r *Runner) failLeaseFree(ctx context.Context, a *Attempt, err error) settl
 	}
 	// The note goes first, as for a leased step: a record that says handed_over always has
 	// its note.
-	handover := c != classTemporary || a.rec.Step(a.Step).Attempts+1 >= r.cfg.LoopGuard
+	handover := c != classTemporary || (r.guardsByAttempts() && a.rec.Step(a.Step).Attempts+1 >= r.cfg.LoopGuard)
 	var note HandoverNote
 	if handover {
-		note = r.note(a.rec, a.Step, fmt.Sprintf("%d", a.Token.Value), err)
+		note = r.note(a.rec, a.Step, fmt.Sprintf("%d", a.Token.Value), err, r.stepProgress(wctx, a))
 		if perr := r.putNote(wctx, note); perr != nil {
 			a.log.Error("writing handover note", slog.Any("error", perr))
 			return nakAfter(time.Second)
@@ -100,6 +111,9 @@ func (r *Runner) failLeaseFree(ctx context.Context, a *Attempt, err error) settl
 		attempts = s.Attempts
 		s.SetLastError(err.Error())
 		if handover {
+			if a.guarded != nil {
+				n.Progress = a.guarded
+			}
 			n.Status = kc.HandedOver
 			s.Status = kc.Failed
 			n.Handover = &note.ID

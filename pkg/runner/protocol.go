@@ -140,6 +140,9 @@ func (r *Runner) hold(ctx context.Context, m jetstream.Msg, a *Attempt, h *kc.Ho
 		if err := r.restartChecks(ctx, a, cur); err != nil {
 			return r.fail(ctx, a, h, err)
 		}
+		if err := r.guardRestart(ctx, a, h); err != nil {
+			return r.fail(ctx, a, h, err)
+		}
 	}
 	// 5. Fences first.
 	if f, ok := r.cfg.Step.(Fencer); ok && r.def.Fenced {
@@ -281,6 +284,9 @@ func (r *Runner) applyCommit(n *kc.Record, a *Attempt, res *Result, o outputs) {
 		s.Versions.Code = &code
 	}
 	s.Effects = res.Effects
+	if n.Progress != nil && n.Progress.Step == a.Step { // the loop guard's count ends with its step
+		n.Progress = nil
+	}
 	if s.LastError != nil { // an earlier failure's note, kept short now that the step is done
 		s.LastError = kc.Ptr(kc.CutText(*s.LastError, kc.MaxKeptError))
 	}
@@ -323,7 +329,7 @@ func (r *Runner) overParkLimit(res *Result) string {
 	return ""
 }
 
-// restartChecks: the source fingerprint, and the loop guard.
+// restartChecks: the source fingerprint.
 func (r *Runner) restartChecks(ctx context.Context, a *Attempt, cur *kc.Record) error {
 	if sc, ok := r.cfg.Step.(SourceChecker); ok && cur.SourceFingerprint != nil {
 		changed, err := sc.CheckSource(ctx, a, *cur.SourceFingerprint)
@@ -334,14 +340,7 @@ func (r *Runner) restartChecks(ctx context.Context, a *Attempt, cur *kc.Record) 
 			return Permanent(fmt.Errorf("%w since the run read it: %v", ErrSourceChanged, changed))
 		}
 	}
-	if s := cur.Step(a.Step); s.Attempts >= r.cfg.LoopGuard {
-		last := ""
-		if s.LastError != nil {
-			last = *s.LastError
-		}
-		return Permanent(fmt.Errorf("%d attempts of %s failed (loop guard %d); last: %s", s.Attempts, a.Step, r.cfg.LoopGuard, last))
-	}
-	return nil
+	return nil // the loop guard follows (guardRestart)
 }
 
 // versions are the versions this runner's step runs under: the code's, and the step's own.
