@@ -2,10 +2,12 @@ package faultmap
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/cairnhq/cairn/pkg/pipeline"
+	"github.com/cairnhq/cairn/pkg/runner"
 )
 
 // Retry is a step's retry policy under the settings, and its worst case for one item
@@ -15,6 +17,10 @@ type Retry struct {
 	TriesPerAttempt  int     `json:"tries_per_attempt"`  // calls of one item in one attempt
 	TryBackoffMS     []int64 `json:"try_backoff_ms"`     // the waits between those calls
 	Attempts         int     `json:"attempts"`           // attempts that run before the handover
+	// ProgressCounted: the loop guard counts attempts without progress (what the step made
+	// durable, read back), so a step that progresses runs past LoopGuard attempts, bounded
+	// then by MaxDeliver (temporary failures) and the reassignment limit (crashes).
+	ProgressCounted bool `json:"progress_counted"`
 	AttemptBackoffMS []int64 `json:"attempt_backoff_ms"` // the NakWithDelay between attempts
 	WorstCalls       int     `json:"worst_case_calls"`   // calls of one item while every call fails
 	WorstMS          int64   `json:"worst_case_ms"`      // from its first call to its last
@@ -37,7 +43,9 @@ func attemptBackoff(n int) time.Duration {
 
 // retryOf works out st's retry policy and its worst case under s.
 func retryOf(st pipeline.Step, s Settings) (Retry, error) {
-	r := Retry{TriesPerAttempt: 1, Attempts: min(s.LoopGuard, s.MaxDeliver-1), TryBackoffMS: []int64{}, AttemptBackoffMS: []int64{}}
+	counted := slices.Contains(s.ProgressSteps, st.Name)
+	r := Retry{TriesPerAttempt: 1, Attempts: min(runner.GuardAttempts(s.LoopGuard, counted), s.MaxDeliver-1), ProgressCounted: counted,
+		TryBackoffMS: []int64{}, AttemptBackoffMS: []int64{}}
 	if st.ItemRetries {
 		r.TriesPerAttempt = s.RetryAttempts
 	}

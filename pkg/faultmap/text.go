@@ -30,6 +30,7 @@ func (m Map) WriteText(w io.Writer) error {
 		row("compensation", compensationText(st))
 		row("recovery", or(st.Recovery, "not stated"))
 		row("retries", retryText(st.Retry))
+		row("loop guard", guardText(st.Retry, s))
 		row("rate limit", rateText(st.Retry))
 		row("approval", approvalText(st.Approval))
 	}
@@ -103,6 +104,17 @@ func retryText(r Retry) string {
 	}
 	return fmt.Sprintf("%s × %d attempts (waits %s): worst case %d calls of one item in %s, at most %d in one second; crashes included, at most %d per step event",
 		per, r.Attempts, durations(r.AttemptBackoffMS), r.WorstCalls, time.Duration(r.WorstMS)*time.Millisecond, r.PeakPerSecond, r.CrashCapCalls)
+}
+
+// guardText is the step's loop guard rule (runner.NextProgress, runner.GuardAttempts).
+func guardText(r Retry, s Settings) string {
+	if !r.ProgressCounted {
+		return fmt.Sprintf("handed over at %d failed attempts (crashes included), whatever they did", s.LoopGuard)
+	}
+	return fmt.Sprintf("handed over after %d attempts in a row without progress (what it made durable, read back; the note names "+
+		"the item it is stuck at): %d attempts of an item that always fails; while it progresses, a step event's redeliveries end at "+
+		"max deliver (%d attempts) and crashes at %d reassignments without progress (CAIRN_REASSIGN_LIMIT), each a handover",
+		s.LoopGuard, r.Attempts, s.MaxDeliver-1, s.ReassignLimit)
 }
 
 func approvalText(waits bool) string {

@@ -38,10 +38,11 @@ type ProgressCounter interface {
 	Progress(ctx context.Context, a *Attempt) (Progress, error)
 }
 
-// nextProgress is the loop guard's count after an attempt of step ended with count made
+// NextProgress is the loop guard's count after an attempt of step ended with count made
 // durable: no_progress goes back to 0 when the count grew since the last count of the same
-// step (the first count compares with nothing made), else one more.
-func nextProgress(prev *kc.Progress, step string, count int) kc.Progress {
+// step (the first count compares with nothing made), else one more. The run is handed over
+// when no_progress reaches Config.LoopGuard.
+func NextProgress(prev *kc.Progress, step string, count int) kc.Progress {
 	if prev == nil || prev.Step != step {
 		prev = &kc.Progress{Step: step}
 	}
@@ -76,7 +77,7 @@ func (r *Runner) guardCount(ctx context.Context, pc ProgressCounter, a *Attempt,
 	if err != nil {
 		return kc.Progress{}, Temporary(err)
 	}
-	np := nextProgress(cur.Progress, a.Step, p.Total())
+	np := NextProgress(cur.Progress, a.Step, p.Total())
 	a.guarded = &np
 	if np.NoProgress == 0 {
 		// Stored before the attempt goes on: the supervisor's reassignment limit counts
@@ -143,7 +144,7 @@ func (r *Runner) guardFailure(ctx context.Context, a *Attempt, cur *kc.Record, e
 		// Not counted: the attempt counts as one without progress, as a step without a
 		// counter would.
 		a.log.Warn("the loop guard could not count", slog.Any("error", gerr))
-		p = nextProgress(cur.Progress, a.Step, -1)
+		p = NextProgress(cur.Progress, a.Step, -1)
 		a.guarded = &p
 		if p.NoProgress >= r.cfg.LoopGuard {
 			return &p, noProgress(a.Step, p.NoProgress, r.cfg.LoopGuard, "", err.Error())
@@ -190,4 +191,22 @@ func (r *Runner) guardLeaseFree(ctx context.Context, a *Attempt, rec *kc.Record,
 func (r *Runner) guardsByAttempts() bool {
 	_, ok := r.counter()
 	return !ok
+}
+
+// GuardAttempts is how many attempts of a step the loop guard lets run while one item fails
+// every time, before the run is handed over (the delivery limit may end them sooner): with
+// a counter, the first attempt made the items before it (progress), then guard attempts
+// make none; without, guard failed attempts.
+func GuardAttempts(guard int, counted bool) int {
+	if !counted {
+		return guard
+	}
+	var p *kc.Progress
+	for n := 1; ; n++ {
+		np := NextProgress(p, "s", 1) // the same count after every attempt
+		if np.NoProgress >= guard {
+			return n
+		}
+		p = &np
+	}
 }
