@@ -83,3 +83,10 @@ func TestFaultmapJSON(t *testing.T) {
 		}
 	}
 }
+
+// The fault map finds the steps whose loop guard counts progress as the runner does.
+func TestFaultmapProgressSteps(t *testing.T) {
+	if got, want := strings.Join(progressSteps(), ","), "extract,post-ledger,update-stock,debit-notes,report"; got != want {
+		t.Errorf("progress steps %s, want %s", got, want)
+	}
+}

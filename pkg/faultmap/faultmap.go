@@ -17,10 +17,10 @@ var ErrGaps = errors.New("fault map gaps")
 // Settings are what the map is drawn under: the runner's retry settings, the steps that
 // wait for approval, and the declared rate limits of outside systems.
 type Settings struct {
-	RetryAttempts int      `json:"retry_attempts"` // tries of one item in one attempt; default 3
-	LoopGuard     int      `json:"loop_guard"`     // failed attempts that hand the run over; default 3
-	MaxDeliver    int      `json:"max_deliver"`    // deliveries of one step event; default 20
-	ReassignLimit int      `json:"reassign_limit"` // reassignments without progress that hand the run over; default 5
+	RetryAttempts int `json:"retry_attempts"` // tries of one item in one attempt; default 3
+	LoopGuard     int `json:"loop_guard"`     // failed attempts that hand the run over; default 3
+	MaxDeliver    int `json:"max_deliver"`    // deliveries of one step event; default 20
+	ReassignLimit int `json:"reassign_limit"` // reassignments without progress that hand the run over; default 5
 	// ProgressSteps are the steps whose loop guard counts attempts without progress (their
 	// implementation is a runner.ProgressCounter).
 	ProgressSteps []string `json:"progress_steps"`

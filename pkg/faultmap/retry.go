@@ -14,13 +14,13 @@ import (
 // (see the package documentation). Times are in milliseconds and leave out the calls' own
 // time.
 type Retry struct {
-	TriesPerAttempt  int     `json:"tries_per_attempt"`  // calls of one item in one attempt
-	TryBackoffMS     []int64 `json:"try_backoff_ms"`     // the waits between those calls
-	Attempts         int     `json:"attempts"`           // attempts that run before the handover
+	TriesPerAttempt int     `json:"tries_per_attempt"` // calls of one item in one attempt
+	TryBackoffMS    []int64 `json:"try_backoff_ms"`    // the waits between those calls
+	Attempts        int     `json:"attempts"`          // attempts that run before the handover
 	// ProgressCounted: the loop guard counts attempts without progress (what the step made
 	// durable, read back), so a step that progresses runs past LoopGuard attempts, bounded
 	// then by MaxDeliver (temporary failures) and the reassignment limit (crashes).
-	ProgressCounted bool `json:"progress_counted"`
+	ProgressCounted  bool    `json:"progress_counted"`
 	AttemptBackoffMS []int64 `json:"attempt_backoff_ms"` // the NakWithDelay between attempts
 	WorstCalls       int     `json:"worst_case_calls"`   // calls of one item while every call fails
 	WorstMS          int64   `json:"worst_case_ms"`      // from its first call to its last
