@@ -98,9 +98,15 @@ type night struct {
 
 func newNight(t *testing.T, unreadable int) *night {
 	t.Helper()
+	return newNightOf(t, 312, 40, unreadable)
+}
+
+// newNightOf is newNight with invoices and mismatches of its own.
+func newNightOf(t *testing.T, invoices, mismatches, unreadable int) *night {
+	t.Helper()
 	dir := t.TempDir()
-	truth, err := recon.Generate(context.Background(), recon.GenConfig{Warehouse: warehouse, Date: date, Invoices: 312,
-		Mismatches: 40, Unreadable: unreadable, Seed: 1, InboxDir: filepath.Join(dir, "inbox"),
+	truth, err := recon.Generate(context.Background(), recon.GenConfig{Warehouse: warehouse, Date: date, Invoices: invoices,
+		Mismatches: mismatches, Unreadable: unreadable, Seed: 1, InboxDir: filepath.Join(dir, "inbox"),
 		ERPPath: filepath.Join(dir, "erp.db"), TruthDir: filepath.Join(dir, "truth")})
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -56,8 +57,9 @@ func (n *night) handoverNotes() []runner.HandoverNote {
 
 // A write that fails temporarily every time: each attempt retries it in process (same key,
 // no duplicate), the attempts come back with a delay, and after CAIRN_LOOP_GUARD attempts
-// failing the same way the run is handed over. The note is shown by `cairn handovers` and
-// `cairn status`; once the cause is gone, `cairn resume` finishes the night.
+// that made no progress (the first wrote the 10 rows: progress) the run is handed over. The
+// note, with the 10 keys that stand read back from the ledger, is shown by `cairn handovers`
+// and `cairn status`; once the cause is gone, `cairn resume` finishes the night.
 func TestLoopGuardHandsOverAndResumeFinishes(t *testing.T) {
 	n := newNight(t, 0)
 	n.start("CAIRN_FAULTS=post-ledger.lost-reply.10=error:temporary", "CAIRN_LOOP_GUARD=3")
@@ -75,21 +77,31 @@ func TestLoopGuardHandsOverAndResumeFinishes(t *testing.T) {
 		t.Errorf("ledger rows %d, want 10: entry 10 landed once however often it was retried", rows)
 	}
 	c := n.audit()
-	if c["step.failed"] != 2 || c["handover"] != 1 {
-		t.Errorf("audit %v: want 2 failed attempts and the handover on the third", c)
+	if c["step.failed"] != 3 || c["handover"] != 1 {
+		t.Errorf("audit %v: want 3 failed attempts (the first with progress) and the handover on the fourth", c)
 	}
 
 	notes := n.handoverNotes()
 	if len(notes) != 1 || notes[0].RunID != runID || notes[0].Step != "post-ledger" || notes[0].ID != *rec.Handover ||
-		!strings.Contains(notes[0].Error, "temporary") || notes[0].Done.Keys != 0 || !strings.Contains(notes[0].NextAction, "cairn resume "+runID) {
+		!strings.Contains(notes[0].Error, "temporary") || notes[0].Done.Keys != 10 || !strings.Contains(notes[0].NextAction, "cairn resume "+runID) {
 		t.Fatalf("cairn handovers: %+v", notes)
 	}
-	if out, code := n.cli("status", runID); code != 0 || !strings.Contains(out, notes[0].ID) || !strings.Contains(out, "handed_over") {
+	if len(notes[0].Done.Steps) != 1 || notes[0].Done.Steps[0].Step != "post-ledger" || !notes[0].Done.Steps[0].ReadBack ||
+		fmt.Sprint(notes[0].Done.Steps[0].Standing) != fmt.Sprint(n.ledgerKeys()) {
+		t.Errorf("note done %+v, want post-ledger's keys read back: %v", notes[0].Done, n.ledgerKeys())
+	}
+	out, code := n.cli("status", runID)
+	if code != 0 || !strings.Contains(out, notes[0].ID) || !strings.Contains(out, "handed_over") {
 		t.Errorf("cairn status (exit %d):\n%s", code, out)
 	} else if !strings.Contains(out, "1 write begun, not confirmed") {
 		t.Errorf("cairn status does not show post-ledger's open intent:\n%s", out)
 	} else {
 		t.Logf("cairn status:\n%s", out)
+	}
+	for _, k := range n.ledgerKeys() { // exactly which keys stand
+		if !strings.Contains(out, k) {
+			t.Errorf("cairn status does not name the standing key %s:\n%s", k, out)
+		}
 	}
 
 	// The cause goes away (the fault is not set any more); a person resumes the run.
@@ -138,4 +150,23 @@ func TestUnknownErrorHandsOverAtOnce(t *testing.T) {
 	}
 	n.waitStatus(runLimit, kc.Done)
 	n.assertTruth()
+}
+
+// ledgerKeys are the keys in the ledger, in key order.
+func (n *night) ledgerKeys() []string {
+	n.t.Helper()
+	rows, err := n.db("ledger.db").Query(`SELECT key FROM ledger_entries ORDER BY key`)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer rows.Close()
+	var keys []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			n.t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	return keys
 }

@@ -100,8 +100,41 @@ func printNote(ctx context.Context, js jetstream.JetStream, runID string) {
 	if json.Unmarshal(e.Value(), &n) != nil {
 		return
 	}
-	fmt.Printf("handover note %s (%s)\n  step    %s\n  error   %s\n  done    %d keys, %d messages\n  next    %s\n",
-		n.ID, n.At, n.Step, n.Error, n.Done.Keys, n.Done.Messages, n.NextAction)
+	fmt.Printf("handover note %s (%s)\n  step    %s\n  error   %s\n  done    %d keys, %d messages\n",
+		n.ID, n.At, n.Step, n.Error, n.Done.Keys, n.Done.Messages)
+	printDone(n.Done)
+	fmt.Printf("  next    %s\n", n.NextAction)
+}
+
+// printDone shows what each step had done when the run stopped: a verified step's keys and
+// messages as its record says, the stopped step's read back with the keys that stand (the
+// first runner.MaxStanding of them, and where to list them all).
+func printDone(d runner.HandoverDone) {
+	for _, s := range d.Steps {
+		line := fmt.Sprintf("    %-13s %d keys, %d messages", s.Step, s.Keys, s.Messages)
+		switch {
+		case s.ReadBack:
+			line += ", read back when it stopped"
+		case s.Counted > 0:
+			line += fmt.Sprintf("; %d made durable at the loop guard's last count (not read back)", s.Counted)
+		case s.Keys+s.Messages > 0:
+			line += " (verified; its output lists them)"
+		}
+		if s.Next != "" {
+			line += "; not yet done: " + s.Next
+		}
+		fmt.Println(line)
+		for _, k := range s.Standing {
+			fmt.Printf("      stands  %s\n", k)
+		}
+		if s.Where != "" && s.Keys+s.Messages > 0 {
+			more := ""
+			if n := s.Keys + s.Messages - len(s.Standing); n > 0 {
+				more = fmt.Sprintf("%d more; ", n)
+			}
+			fmt.Printf("      %slist them all: %s\n", more, s.Where)
+		}
+	}
 }
 
 // verbSpec is one run command of the CLI: what it sends and which runs may take it.

@@ -14,6 +14,7 @@ import (
 	"github.com/cairnhq/cairn/internal/service"
 	"github.com/cairnhq/cairn/pkg/faultmap"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
+	"github.com/cairnhq/cairn/pkg/runner"
 )
 
 // cmdFaultmap prints how each step of the night survives faults, under the retry settings
@@ -45,6 +46,7 @@ func runFaultmap(w io.Writer, args []string) error {
 	}
 	m, err := faultmap.Analyze(night.Pipeline, faultmap.Settings{
 		RetryAttempts: cfg.RetryAttempts, LoopGuard: cfg.LoopGuard, MaxDeliver: cfg.MaxDeliver,
+		ReassignLimit: cfg.ReassignLimit, ProgressSteps: progressSteps(),
 		ApprovalSteps: steps, RateLimits: map[string]float64{"CAIRN_MODEL_RPS": cfg.ModelRPS},
 		SharedLimits:  map[string]ratelimit.Limit{"CAIRN_MODEL_RPS": cfg.ModelLimit()},
 		OutboxBackoff: cfg.OutboxBackoff,
@@ -109,6 +111,19 @@ func splitSteps(s string) []string {
 	for _, x := range strings.Split(s, ",") {
 		if x = strings.TrimSpace(x); x != "" {
 			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// progressSteps are the night's steps whose implementation counts its progress, as the
+// runner finds them.
+func progressSteps() []string {
+	impls := (&night.Env{}).Steps()
+	var out []string
+	for _, name := range night.Pipeline.Names() {
+		if _, ok := impls[name].(runner.ProgressCounter); ok {
+			out = append(out, name)
 		}
 	}
 	return out

@@ -103,3 +103,10 @@ func TestFaultmapSharedLimit(t *testing.T) {
 		t.Errorf("output lacks %q:\n%s", want, out.String())
 	}
 }
+
+// The fault map finds the steps whose loop guard counts progress as the runner does.
+func TestFaultmapProgressSteps(t *testing.T) {
+	if got, want := strings.Join(progressSteps(), ","), "extract,post-ledger,update-stock,debit-notes,report"; got != want {
+		t.Errorf("progress steps %s, want %s", got, want)
+	}
+}

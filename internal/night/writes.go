@@ -146,9 +146,26 @@ func (s postLedgerStep) RaiseFences(ctx context.Context, a *runner.Attempt, t fe
 }
 
 func (s postLedgerStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
-	adjs, err := adjustments(ctx, a)
+	p, writes, err := s.plan(ctx, a)
 	if err != nil {
 		return nil, err
+	}
+	l := s.e.Ledger.Ledger(a.Params.Shadow)
+	if err := keyed(ctx, a, ledgerEffects(writes), func(i int) error {
+		_, err := l.Post(ctx, a.Token, writes[i])
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	return result(ctx, a, ledgerOutput{Entries: p.stand, Reversals: p.reverse}, len(writes), fmt.Sprintf("apply %d stock adjustments for %s", len(p.stand), a.RunID))
+}
+
+// plan is what post-ledger writes, in order: the reversals of rows no longer standing, then
+// the new rows.
+func (s postLedgerStep) plan(ctx context.Context, a *runner.Attempt) (rowPlan[books.Entry], []books.Entry, error) {
+	adjs, err := adjustments(ctx, a)
+	if err != nil {
+		return rowPlan[books.Entry]{}, nil, err
 	}
 	es := make([]books.Entry, len(adjs))
 	keys := make([]string, len(adjs))
@@ -161,21 +178,14 @@ func (s postLedgerStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Res
 	var existing []books.Entry
 	if a.Generation > 0 {
 		if existing, err = l.ListRun(ctx, a.RunID); err != nil {
-			return nil, runner.Temporary(err)
+			return rowPlan[books.Entry]{}, nil, runner.Temporary(err)
 		}
 	}
 	p := planRows(a.Generation, es, existing, ledgerOps)
 	for i := range p.reverse {
 		p.reverse[i].CreatedAt = stamp(a)
 	}
-	writes := append(slices.Clip(p.reverse), p.write...)
-	if err := keyed(ctx, a, ledgerEffects(writes), func(i int) error {
-		_, err := l.Post(ctx, a.Token, writes[i])
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	return result(ctx, a, ledgerOutput{Entries: p.stand, Reversals: p.reverse}, len(writes), fmt.Sprintf("apply %d stock adjustments for %s", len(es), a.RunID))
+	return p, append(slices.Clip(p.reverse), p.write...), nil
 }
 
 // Verify reads back every key and amount.
@@ -214,9 +224,25 @@ func (s updateStockStep) RaiseFences(ctx context.Context, a *runner.Attempt, t f
 }
 
 func (s updateStockStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
-	adjs, err := adjustments(ctx, a)
+	p, writes, err := s.plan(ctx, a)
 	if err != nil {
 		return nil, err
+	}
+	st := s.e.ERP.Stock(a.Params.Shadow)
+	if err := keyed(ctx, a, stockEffects(writes), func(i int) error {
+		_, err := st.Apply(ctx, a.Token, writes[i])
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	return result(ctx, a, stockOutput{Adjustments: p.stand, Reversals: p.reverse}, len(writes), "send the debit notes of "+a.RunID)
+}
+
+// plan is what update-stock writes, in order, as postLedgerStep.plan.
+func (s updateStockStep) plan(ctx context.Context, a *runner.Attempt) (rowPlan[books.Adjustment], []books.Adjustment, error) {
+	adjs, err := adjustments(ctx, a)
+	if err != nil {
+		return rowPlan[books.Adjustment]{}, nil, err
 	}
 	as := make([]books.Adjustment, len(adjs))
 	keys := make([]string, len(adjs))
@@ -230,21 +256,14 @@ func (s updateStockStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Re
 	var existing []books.Adjustment
 	if a.Generation > 0 {
 		if existing, err = st.ListRun(ctx, a.RunID); err != nil {
-			return nil, runner.Temporary(err)
+			return rowPlan[books.Adjustment]{}, nil, runner.Temporary(err)
 		}
 	}
 	p := planRows(a.Generation, as, existing, stockOps)
 	for i := range p.reverse {
 		p.reverse[i].CreatedAt = stamp(a)
 	}
-	writes := append(slices.Clip(p.reverse), p.write...)
-	if err := keyed(ctx, a, stockEffects(writes), func(i int) error {
-		_, err := st.Apply(ctx, a.Token, writes[i])
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	return result(ctx, a, stockOutput{Adjustments: p.stand, Reversals: p.reverse}, len(writes), "send the debit notes of "+a.RunID)
+	return p, append(slices.Clip(p.reverse), p.write...), nil
 }
 
 // Verify reads back every adjustment.

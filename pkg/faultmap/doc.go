@@ -12,17 +12,23 @@
 //     RetryAttempts times in one attempt, waiting 100ms, 200ms, 400ms ... between tries
 //     (Attempt.Retry). Any other step calls once per attempt.
 //   - An attempt that fails temporarily comes back with NakWithDelay after 1s<<n (n = the
-//     failed attempts so far, capped at 30s); the failure that reaches LoopGuard hands the
-//     run over.
+//     failed attempts so far, capped at 30s). Every attempt is a delivery, and the runner
+//     hands the run over at a step event's MaxDeliver-th delivery.
 //   - Every wait is drawn within ±10% of its base (never past its cap): the map gives each
-//     wait's bounds, the worst time at the longest waits and the peak at the shortest. Every attempt is a delivery, and the runner parks a step event at its
-//     MaxDeliver-th delivery, so min(LoopGuard, MaxDeliver-1) attempts run.
+//     wait's bounds, the worst time at the longest waits and the peak at the shortest.
+//   - The loop guard of a step without a progress counter hands the run over at the
+//     LoopGuard-th failed attempt (a crash counts when the step restarts): LoopGuard
+//     attempts. A step in [Settings.ProgressSteps] counts what it made durable after each
+//     failed or dead attempt (runner.NextProgress) and is handed over after LoopGuard
+//     attempts in a row without more: an item that fails every time was preceded by items
+//     made (progress), so runner.GuardAttempts gives LoopGuard+1 attempts. Either way at
+//     most MaxDeliver-1 attempts run on one step event.
 //
 // So one item is called at most tries × attempts times while every call fails at once (as
-// a 429 does), over at most the sum of the longest waits. A crash is not a failure the loop guard counts:
-// crashes and redeliveries are bounded only by MaxDeliver, so one step event calls one item
-// at most tries × (MaxDeliver-1) times. A reassignment by the supervisor publishes a new
-// step event; those are bounded by CAIRN_REASSIGN_LIMIT and not counted here.
+// a 429 does), over at most the sum of the longest waits. Crashes and redeliveries of one
+// step event are bounded by MaxDeliver, so it calls one item at most tries × (MaxDeliver-1)
+// times. A reassignment publishes a new step event; the supervisor hands the run over at
+// CAIRN_REASSIGN_LIMIT reassignments since the step last progressed (not counted here).
 //
 // The peak rate is the most calls of one item that fall within any one second of that
 // schedule (two calls share a second when they are less than a second apart). A step that

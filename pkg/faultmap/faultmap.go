@@ -20,9 +20,13 @@ var ErrGaps = errors.New("fault map gaps")
 // Settings are what the map is drawn under: the runner's retry settings, the steps that
 // wait for approval, and the declared rate limits of outside systems.
 type Settings struct {
-	RetryAttempts int      `json:"retry_attempts"` // tries of one item in one attempt; default 3
-	LoopGuard     int      `json:"loop_guard"`     // failed attempts that hand the run over; default 3
-	MaxDeliver    int      `json:"max_deliver"`    // deliveries of one step event; default 20
+	RetryAttempts int `json:"retry_attempts"` // tries of one item in one attempt; default 3
+	LoopGuard     int `json:"loop_guard"`     // failed attempts that hand the run over; default 3
+	MaxDeliver    int `json:"max_deliver"`    // deliveries of one step event; default 20
+	ReassignLimit int `json:"reassign_limit"` // reassignments without progress that hand the run over; default 5
+	// ProgressSteps are the steps whose loop guard counts attempts without progress (their
+	// implementation is a runner.ProgressCounter).
+	ProgressSteps []string `json:"progress_steps"`
 	ApprovalSteps []string `json:"approval_steps"` // steps that wait for a person
 	// RateLimits are calls per second, by the name of the setting that declares them
 	// (the names steps give in pipeline.Step.RateLimit).
@@ -41,6 +45,7 @@ func (s Settings) withDefaults() Settings {
 	s.LoopGuard = cmp.Or(s.LoopGuard, 3)
 	s.MaxDeliver = cmp.Or(s.MaxDeliver, 20)
 	s.OutboxBackoff = cmp.Or(s.OutboxBackoff, outbox.DefaultMaxBackoff)
+	s.ReassignLimit = cmp.Or(s.ReassignLimit, 5)
 	return s
 }
 

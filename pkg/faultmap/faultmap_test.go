@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -362,5 +363,39 @@ func TestSharedLimit(t *testing.T) {
 	s.SharedLimits = map[string]ratelimit.Limit{"RPS": {Bucket: "limits", Key: "ask", PerSecond: 4}}
 	if _, err := faultmap.Analyze(d, s); err == nil || !strings.Contains(err.Error(), "shared limit keeps 4") {
 		t.Errorf("a shared limit of 4 for a rate limit of 5: %v, want refused", err)
+	}
+}
+
+// A step whose loop guard counts progress takes one attempt more on an item that always
+// fails (the first attempt made the items before it), within the delivery limit; the text
+// says the rule.
+func TestRetryCountsProgress(t *testing.T) {
+	t.Parallel()
+	d := pipeline.Definition{Name: "one", Steps: []pipeline.Step{{Name: "s", Kind: pipeline.Compute}, {Name: "t", Kind: pipeline.Compute}}}
+	for _, tt := range []struct {
+		guard, maxDeliver, counted, plain int
+	}{{3, 20, 4, 3}, {1, 20, 2, 1}, {5, 3, 2, 2}} {
+		s := faultmap.Settings{LoopGuard: tt.guard, MaxDeliver: tt.maxDeliver, ProgressSteps: []string{"s"}}
+		m, err := faultmap.Analyze(d, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, p := m.Steps[0].Retry, m.Steps[1].Retry
+		if !c.ProgressCounted || c.Attempts != tt.counted || p.ProgressCounted || p.Attempts != tt.plain {
+			t.Errorf("guard %d, max deliver %d: counted %+v, plain %+v; want %d and %d attempts", tt.guard, tt.maxDeliver, c, p, tt.counted, tt.plain)
+		}
+		var out bytes.Buffer
+		if err := m.WriteText(&out); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{
+			fmt.Sprintf("handed over after %d attempts in a row without progress", tt.guard),
+			fmt.Sprintf("max deliver (%d attempts) and crashes at 5 reassignments without progress", tt.maxDeliver-1),
+			fmt.Sprintf("handed over at %d failed attempts", tt.guard),
+		} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("the text lacks %q:\n%s", want, out.String())
+			}
+		}
 	}
 }

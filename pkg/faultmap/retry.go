@@ -2,6 +2,7 @@ package faultmap
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,10 +15,14 @@ import (
 // (see the package documentation). Times are in milliseconds and leave out the calls' own
 // time. Each wait is drawn within ±Jitter of its base (the *_bounds_ms, low and high).
 type Retry struct {
-	TriesPerAttempt        int        `json:"tries_per_attempt"`         // calls of one item in one attempt
-	TryBackoffMS           []int64    `json:"try_backoff_ms"`            // the waits between those calls, before jitter
-	TryBackoffBoundsMS     [][2]int64 `json:"try_backoff_bounds_ms"`     // and the range each is drawn from
-	Attempts               int        `json:"attempts"`                  // attempts that run before the handover
+	TriesPerAttempt    int        `json:"tries_per_attempt"`     // calls of one item in one attempt
+	TryBackoffMS       []int64    `json:"try_backoff_ms"`        // the waits between those calls, before jitter
+	TryBackoffBoundsMS [][2]int64 `json:"try_backoff_bounds_ms"` // and the range each is drawn from
+	Attempts           int        `json:"attempts"`              // attempts that run before the handover
+	// ProgressCounted: the loop guard counts attempts without progress (what the step made
+	// durable, read back), so a step that progresses runs past LoopGuard attempts, bounded
+	// then by MaxDeliver (temporary failures) and the reassignment limit (crashes).
+	ProgressCounted        bool       `json:"progress_counted"`
 	AttemptBackoffMS       []int64    `json:"attempt_backoff_ms"`        // the NakWithDelay between attempts, before jitter
 	AttemptBackoffBoundsMS [][2]int64 `json:"attempt_backoff_bounds_ms"` // and the range each is drawn from
 	Jitter                 float64    `json:"jitter"`                    // the policies' jitter, ±fraction of each wait
@@ -42,8 +47,9 @@ func Policies(s Settings) (item, attempt retry.Policy) {
 
 // retryOf works out st's retry policy and its worst case under s.
 func retryOf(st pipeline.Step, s Settings) (Retry, error) {
-	r := Retry{TriesPerAttempt: 1, Attempts: min(s.LoopGuard, s.MaxDeliver-1), TryBackoffMS: []int64{}, AttemptBackoffMS: []int64{},
-		TryBackoffBoundsMS: [][2]int64{}, AttemptBackoffBoundsMS: [][2]int64{}}
+	counted := slices.Contains(s.ProgressSteps, st.Name)
+	r := Retry{TriesPerAttempt: 1, Attempts: min(runner.GuardAttempts(s.LoopGuard, counted), s.MaxDeliver-1), ProgressCounted: counted,
+		TryBackoffMS: []int64{}, AttemptBackoffMS: []int64{}, TryBackoffBoundsMS: [][2]int64{}, AttemptBackoffBoundsMS: [][2]int64{}}
 	if st.ItemRetries {
 		r.TriesPerAttempt = s.RetryAttempts
 	}

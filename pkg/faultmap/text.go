@@ -34,6 +34,7 @@ func (m Map) WriteText(w io.Writer) error {
 		row("compensation", compensationText(st))
 		row("recovery", or(st.Recovery, "not stated"))
 		row("retries", retryText(st.Retry))
+		row("loop guard", guardText(st.Retry, s))
 		row("rate limit", rateText(st.Retry))
 		row("approval", approvalText(st.Approval))
 		row("source drift", driftText(st.Drift))
@@ -118,6 +119,17 @@ func driftText(d string) string {
 		return "re-hashed before the step runs whenever the run continues after a break (a resume, a rerun, a reassignment, a restart, a retry, a write since the commit); a change hands the run over naming the documents"
 	}
 	return "not checked here (a break here is checked by the next step that checks)"
+}
+
+// guardText is the step's loop guard rule (runner.NextProgress, runner.GuardAttempts).
+func guardText(r Retry, s Settings) string {
+	if !r.ProgressCounted {
+		return fmt.Sprintf("handed over at %d failed attempts (crashes included), whatever they did", s.LoopGuard)
+	}
+	return fmt.Sprintf("handed over after %d attempts in a row without progress (what it made durable, read back; the note names "+
+		"the item it is stuck at): %d attempts of an item that always fails; while it progresses, a step event's redeliveries end at "+
+		"max deliver (%d attempts) and crashes at %d reassignments without progress (CAIRN_REASSIGN_LIMIT), each a handover",
+		s.LoopGuard, r.Attempts, s.MaxDeliver-1, s.ReassignLimit)
 }
 
 func approvalText(waits bool) string {

@@ -143,6 +143,8 @@ func room(p *Record, ahead []string, others bool) int {
 		p.StockSnapshot = objectPointer(p.RunID, longest)
 	}
 	p.Lease = projectLease(p.Lease, longest)
+	// The loop guard's count, written when a step restarts or fails.
+	p.Progress = &Progress{Step: strings.Repeat("s", longest), Count: bigCount, NoProgress: bigCount}
 	if others {
 		for len(p.Requests) < maxRequests {
 			p.Requests = append(p.Requests, strings.Repeat("r", requestLen))

@@ -39,6 +39,9 @@ type Attempt struct {
 	mu    sync.Mutex
 	reads []inputRead // what the attempt read, for its input fingerprint
 	tally *saga.Tally // the step's saga records, once read (nil: not read, or no longer exact)
+
+	progress *Progress              // what the loop guard counted, for the handover note
+	guarded  *kvcheckpoint.Progress // the loop guard's count, stored with a handover
 }
 
 // Record returns the checkpoint as it was when the attempt began.

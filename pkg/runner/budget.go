@@ -176,11 +176,12 @@ func (r *Runner) makeRoom(ctx context.Context, rec *kc.Record, rev uint64) (bool
 // (status handed_over, the step failed) by compare-and-set. For what this runner cannot
 // start: a record without room, a message at its delivery limit.
 func (r *Runner) handoverIdle(ctx context.Context, runID, tag, reason string) {
-	if _, _, err := r.cfg.Store.Load(ctx, runID); errors.Is(err, kc.ErrNewerSchema) {
+	rec, _, err := r.cfg.Store.Load(ctx, runID)
+	if errors.Is(err, kc.ErrNewerSchema) {
 		return
 	}
 	cause := errors.New(reason)
-	note := r.note(nil, r.cfg.StepName, tag, cause)
+	note := r.note(rec, r.cfg.StepName, tag, cause, nil) // what the record knows of what was done
 	note.RunID, note.ID = runID, runID+":handover:"+r.cfg.StepName+":"+tag
 	if err := r.putNote(ctx, note); err != nil {
 		r.log.Error("writing handover note", slog.Any("error", err))

@@ -37,12 +37,16 @@ func (r *Runner) fail(ctx context.Context, a *Attempt, h *kc.Holder, err error) 
 		return nakAfter(time.Second)
 	case classTemporary:
 		cur, _ := h.Record()
-		if cur.Step(a.Step).Attempts+1 >= r.cfg.LoopGuard {
-			return r.handover(wctx, a, h, fmt.Errorf("%d attempts failed (loop guard %d): %w", cur.Step(a.Step).Attempts+1, r.cfg.LoopGuard, err))
+		np, over := r.guardFailure(wctx, a, cur, err)
+		if over != nil {
+			return r.handover(wctx, a, h, over)
 		}
 		var attempts int
 		open, counted := r.countIntents(wctx, a)
 		rerr := h.Release(wctx, func(n *kc.Record) error {
+			if np != nil {
+				n.Progress = np
+			}
 			s := n.Step(a.Step)
 			s.Status = kc.Pending
 			s.Attempts = cur.Step(a.Step).Attempts + 1
@@ -90,8 +94,9 @@ type HandoverNote struct {
 
 // HandoverDone says what the run had done when it stopped.
 type HandoverDone struct {
-	Keys     int `json:"keys"`
-	Messages int `json:"messages"`
+	Keys     int        `json:"keys"`     // keys written that stand (ledger rows, stock adjustments)
+	Messages int        `json:"messages"` // messages queued
+	Steps    []StepDone `json:"steps"`    // by step (steps that did nothing left out), the stopped step read back
 }
 
 const handoverAction = "a person decides: cairn resume %[1]s, cairn resume %[1]s --after-fix, or cairn undo %[1]s"
@@ -100,7 +105,7 @@ const handoverAction = "a person decides: cairn resume %[1]s, cairn resume %[1]s
 // failed, lease released) in one compare-and-set.
 func (r *Runner) handover(ctx context.Context, a *Attempt, h *kc.Holder, cause error) settleFunc {
 	cur, _ := h.Record()
-	note := r.note(cur, a.Step, fmt.Sprintf("%d", a.Token.Value), cause)
+	note := r.note(cur, a.Step, fmt.Sprintf("%d", a.Token.Value), cause, r.stepProgress(ctx, a))
 	if err := r.putNote(ctx, note); err != nil {
 		a.log.Error("writing handover note", slog.Any("error", err))
 		return nakAfter(time.Second)
@@ -108,6 +113,9 @@ func (r *Runner) handover(ctx context.Context, a *Attempt, h *kc.Holder, cause e
 	open, counted := r.countIntents(ctx, a)
 	err := h.Release(ctx, func(n *kc.Record) error {
 		n.Status = kc.HandedOver
+		if a.guarded != nil {
+			n.Progress = a.guarded
+		}
 		s := n.Step(a.Step)
 		s.Status = kc.Failed
 		s.SetLastError(cause.Error())
@@ -134,15 +142,10 @@ func (r *Runner) handover(ctx context.Context, a *Attempt, h *kc.Holder, cause e
 	return ack
 }
 
-func (r *Runner) note(rec *kc.Record, step, tag string, cause error) HandoverNote {
-	done := HandoverDone{}
-	if rec != nil {
-		for _, name := range rec.Pipeline {
-			if e := rec.Step(name).Effects; e != nil {
-				done.Keys += e.Keys
-			}
-		}
-	}
+// note is the handover note of rec's run stopped at step; p is what the step's own writes
+// read back (nil: unknown).
+func (r *Runner) note(rec *kc.Record, step, tag string, cause error, p *Progress) HandoverNote {
+	done := Done(rec, r.cfg.Pipeline, step, p)
 	runID := ""
 	if rec != nil {
 		runID = rec.RunID
@@ -167,7 +170,7 @@ func (r *Runner) putNote(ctx context.Context, n HandoverNote) error {
 
 // noteOnly hands over a run whose record cannot be trusted: the note alone, the record untouched.
 func (r *Runner) noteOnly(ctx context.Context, runID string, cause error) {
-	n := r.note(nil, r.cfg.StepName, "record", cause)
+	n := r.note(nil, r.cfg.StepName, "record", cause, nil)
 	n.RunID = runID
 	n.ID = runID + ":handover:record"
 	n.NextAction = "inspect the checkpoint (nats kv get cairn-runs " + runID + "); it was not resumed and nothing was written"

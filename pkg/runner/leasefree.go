@@ -26,6 +26,17 @@ func (r *Runner) runLeaseFree(ctx context.Context, m jetstream.Msg, ready events
 		})
 	}
 	a := r.newAttempt(rec, rev, redelivered)
+	if redelivered {
+		var gerr error
+		rec, rev, gerr = r.guardLeaseFree(ctx, a, rec, rev)
+		if errors.Is(gerr, kc.ErrSkip) {
+			return ack
+		}
+		if gerr != nil {
+			return r.failLeaseFree(ctx, a, gerr)
+		}
+		a.rec = rec
+	}
 	a.drift.continued = continues(ready, rev, redelivered)
 	var res *Result
 	var outs outputs
@@ -77,10 +88,10 @@ func (r *Runner) failLeaseFree(ctx context.Context, a *Attempt, err error) settl
 	}
 	// The note goes first, as for a leased step: a record that says handed_over always has
 	// its note.
-	handover := c != classTemporary || a.rec.Step(a.Step).Attempts+1 >= r.cfg.LoopGuard
+	handover := c != classTemporary || (r.guardsByAttempts() && a.rec.Step(a.Step).Attempts+1 >= r.cfg.LoopGuard)
 	var note HandoverNote
 	if handover {
-		note = r.note(a.rec, a.Step, fmt.Sprintf("%d", a.Token.Value), err)
+		note = r.note(a.rec, a.Step, fmt.Sprintf("%d", a.Token.Value), err, r.stepProgress(wctx, a))
 		if perr := r.putNote(wctx, note); perr != nil {
 			a.log.Error("writing handover note", slog.Any("error", perr))
 			return nakAfter(time.Second)
@@ -98,6 +109,9 @@ func (r *Runner) failLeaseFree(ctx context.Context, a *Attempt, err error) settl
 		s.SetLastError(err.Error())
 		setIntentsOpen(s, open, counted)
 		if handover {
+			if a.guarded != nil {
+				n.Progress = a.guarded
+			}
 			n.Status = kc.HandedOver
 			s.Status = kc.Failed
 			n.Handover = &note.ID

@@ -140,14 +140,14 @@ func (r *Runner) newAttempt(rec *kc.Record, token uint64, restart bool) *Attempt
 	}
 }
 
-// hold runs a leased attempt from the restart checks to the commit.
+// hold runs a leased attempt from the drift check and the loop guard to the commit.
 func (r *Runner) hold(ctx context.Context, m jetstream.Msg, a *Attempt, h *kc.Holder) settleFunc {
 	cur, _ := h.Record()
 	if err := r.checkDrift(ctx, a, cur); err != nil {
 		return r.fail(ctx, a, h, err)
 	}
 	if a.Restart {
-		if err := r.restartChecks(ctx, a, cur); err != nil {
+		if err := r.guardRestart(ctx, a, h); err != nil {
 			return r.fail(ctx, a, h, err)
 		}
 	}
@@ -288,6 +288,9 @@ func (r *Runner) applyCommit(n *kc.Record, a *Attempt, res *Result, o outputs) {
 	}
 	s.Effects = res.Effects
 	setIntentsOpen(s, o.open, o.counted)
+	if n.Progress != nil && n.Progress.Step == a.Step { // the loop guard's count ends with its step
+		n.Progress = nil
+	}
 	if s.LastError != nil { // an earlier failure's note, kept short now that the step is done
 		s.LastError = kc.Ptr(kc.CutText(*s.LastError, kc.MaxKeptError))
 	}
@@ -328,18 +331,6 @@ func (r *Runner) overParkLimit(res *Result) string {
 		return fmt.Sprintf("%d of %d items parked, over the park limit of %.0f%%", len(res.Parked), res.Items, r.cfg.ParkLimit*100)
 	}
 	return ""
-}
-
-// restartChecks: the loop guard (the source is checked before, by checkDrift: drift.go).
-func (r *Runner) restartChecks(ctx context.Context, a *Attempt, cur *kc.Record) error {
-	if s := cur.Step(a.Step); s.Attempts >= r.cfg.LoopGuard {
-		last := ""
-		if s.LastError != nil {
-			last = *s.LastError
-		}
-		return Permanent(fmt.Errorf("%d attempts of %s failed (loop guard %d); last: %s", s.Attempts, a.Step, r.cfg.LoopGuard, last))
-	}
-	return nil
 }
 
 // versions are the versions this runner's step runs under: the code's, and the step's own.

@@ -198,6 +198,7 @@ func (s *Supervisor) resume(ctx context.Context, ev events.Event) error {
 		r.AddRequest(ev.ID)
 		r.Status = kc.Running
 		r.Handover = nil
+		r.Progress = nil // a person decided: the loop guard counts afresh
 		step = r.Current()
 		if c.AfterFix && step != "" {
 			step = rerunFrom(r, step)

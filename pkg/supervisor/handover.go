@@ -54,11 +54,9 @@ func (s *Supervisor) handOver(ctx context.Context, runID, step, reason string, c
 		ID: id, RunID: runID, Step: step,
 		Error: cut(cause.Error(), kc.MaxLastError), NextAction: fmt.Sprintf("a person decides: cairn resume %[1]s, cairn resume %[1]s --after-fix, or cairn undo %[1]s", runID),
 		At: s.stamp(),
-	}
-	for _, name := range rec.Pipeline {
-		if e := rec.Step(name).Effects; e != nil {
-			note.Done.Keys += e.Keys
-		}
+		// What the record knows: the verified steps' keys and messages, and the loop
+		// guard's last count of the stopped step (the supervisor reads no outside system).
+		Done: runner.Done(rec, s.cfg.Pipeline, step, nil),
 	}
 	b, err := json.Marshal(note)
 	if err != nil {
@@ -136,7 +134,9 @@ func (s *Supervisor) reassignments(ctx context.Context, runID string) (int, erro
 		switch a.Event {
 		case "reassigned":
 			n++
-		case "run.resumed", "run.rerun":
+		case "run.resumed", "run.rerun", "step.progressed":
+			// A step whose restart found more made durable is not looping (the runner's
+			// loop guard judges the one that makes none).
 			n = 0
 		}
 	}

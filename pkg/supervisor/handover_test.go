@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/runner"
 )
@@ -202,4 +204,65 @@ func counter(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// A step that made progress since its last reassignments (the runner's step.progressed) is
+// not looping: the reassignment count starts again from it. The note of the handover that
+// comes at last says what the record knows: the verified step's keys and the loop guard's
+// last count of the stopped one.
+func TestReassignmentsCountFromTheStepsLastProgress(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+	f.create(t, "r1", func(r *kc.Record) {
+		r.Step("a").Status = kc.Verified
+		r.Step("a").Effects = &kc.Effects{Keys: 7}
+		r.Progress = &kc.Progress{Step: "b", Count: 12, NoProgress: 1}
+	})
+	reassign := func(i int) {
+		f.take(t, "r1", "b", worker)
+		_, taken := f.load(t, "r1")
+		f.observeAll(t, s)
+		s.SweepOnce(f.ctx, false)
+		f.clock.Advance(testLease)
+		s.SweepOnce(f.ctx, false)
+		if rec, rev := f.load(t, "r1"); rec.Status != kc.Running || rec.Lease != nil || rev <= taken {
+			t.Fatalf("reassignment %d: status %s, lease %+v", i, rec.Status, rec.Lease)
+		}
+		<-f.seen
+	}
+	for i := range testReassignLimit {
+		reassign(i + 1)
+	}
+	e, err := events.New("r1:b:step.progressed:99", events.TypeAudit, "/cairn/b", "r1", f.clock.Now(), events.Audit{RunID: "r1", Step: "b", Event: "step.progressed", Detail: "13"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := events.Encode(events.AuditSubject("r1"), e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.js.PublishMsg(f.ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	for i := range testReassignLimit {
+		reassign(testReassignLimit + i + 1)
+	}
+	f.take(t, "r1", "b", worker)
+	f.observeAll(t, s)
+	s.SweepOnce(f.ctx, false)
+	f.clock.Advance(testLease)
+	s.SweepOnce(f.ctx, false)
+	f.handedOver(t, "r1", "b", "CAIRN_REASSIGN_LIMIT")
+	ne, err := f.notes.Get(f.ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n runner.HandoverNote
+	if err := json.Unmarshal(ne.Value(), &n); err != nil {
+		t.Fatal(err)
+	}
+	want := runner.HandoverDone{Keys: 7, Steps: []runner.StepDone{{Step: "a", Keys: 7}, {Step: "b", Counted: 12}}}
+	if fmt.Sprint(n.Done) != fmt.Sprint(want) {
+		t.Errorf("note done %+v, want %+v", n.Done, want)
+	}
 }
