@@ -129,7 +129,13 @@ func TestKilledEightTimesDuringABigNight(t *testing.T) {
 	t.Parallel()
 	takeNightSlot(t)
 	began := time.Now()
-	const invoices, mismatches = 40000, 1000
+	// 40,000 invoices as the issue tells it with CAIRN_E2E_FULL=1 (make e2e-full); by default a
+	// night of 6,000 with the kills at the same points of its progress, so that make test stays
+	// within its time on two cores.
+	invoices, mismatches := 6000, 600
+	if os.Getenv("CAIRN_E2E_FULL") == "1" {
+		invoices, mismatches = 40000, 1000
+	}
 	n := newNightOf(t, invoices, mismatches, 0)
 	t.Logf("generated %d invoices in %s", invoices, time.Since(began).Round(time.Millisecond))
 	limit := 10 * time.Minute
@@ -137,7 +143,8 @@ func TestKilledEightTimesDuringABigNight(t *testing.T) {
 		what string
 		ok   func() bool
 	}{}
-	for _, m := range []int{3000, 8000, 14000, 21000, 29000} {
+	for _, f := range []float64{0.075, 0.2, 0.35, 0.525, 0.725} {
+		m := int(f * float64(invoices))
 		kills = append(kills, struct {
 			what string
 			ok   func() bool
@@ -154,15 +161,15 @@ func TestKilledEightTimesDuringABigNight(t *testing.T) {
 		struct {
 			what string
 			ok   func() bool
-		}{"post-ledger, 300 rows", rows("ledger.db", "ledger_entries", 300)},
+		}{"post-ledger, 30% of the mismatches' rows", rows("ledger.db", "ledger_entries", mismatches*3/10)},
 		struct {
 			what string
 			ok   func() bool
-		}{"post-ledger, 700 rows", rows("ledger.db", "ledger_entries", 700)},
+		}{"post-ledger, 70% of the mismatches' rows", rows("ledger.db", "ledger_entries", mismatches*7/10)},
 		struct {
 			what string
 			ok   func() bool
-		}{"update-stock, 500 adjustments", rows("erp.db", "stock_adjustments", 500)},
+		}{"update-stock, half the mismatches' adjustments", rows("erp.db", "stock_adjustments", mismatches/2)},
 	)
 	n.start()
 	n.startRun()
@@ -189,5 +196,5 @@ func TestKilledEightTimesDuringABigNight(t *testing.T) {
 		t.Errorf("memo holds %d answers, want %d", m, invoices)
 	}
 	n.assertTruth()
-	t.Logf("40,000 invoices, 8 kills: done and equal to the truth in %s", time.Since(began).Round(time.Second))
+	t.Logf("%d invoices, 8 kills: done and equal to the truth in %s", invoices, time.Since(began).Round(time.Second))
 }
