@@ -168,6 +168,23 @@ func (s tampered) Verify(ctx context.Context, a *runner.Attempt, r *runner.Resul
 	return nil
 }
 
+// tamperedChecked is tampered for a step that checks the source: the runner holds a step's
+// implementation to its definition (ChecksSource).
+type tamperedChecked struct{ tampered }
+
+func (s tamperedChecked) CheckSource(ctx context.Context, a *runner.Attempt, fingerprint string) ([]string, error) {
+	return s.Step.(runner.SourceChecker).CheckSource(ctx, a, fingerprint)
+}
+
+// tamper wraps step so that tamper changes what it saved.
+func tamper(step runner.Step, fn func(ctx context.Context, a *runner.Attempt, r *runner.Result) error) runner.Step {
+	t := tampered{step, fn}
+	if _, ok := step.(runner.SourceChecker); ok {
+		return tamperedChecked{t}
+	}
+	return t
+}
+
 // edit decodes the JSON b holds into v, lets change alter it, and encodes it as the step's
 // output again (its lists in parts when large, as Run writes them).
 func edit[T any](ctx context.Context, a *runner.Attempt, b *json.RawMessage, change func(*T) error) error {
@@ -295,7 +312,7 @@ func TestAFailedVerificationHandsTheRunOver(t *testing.T) {
 			t.Parallel()
 			f := newNightFixture(t)
 			named := make(chan []string, 1)
-			tamper := func(ctx context.Context, a *runner.Attempt, r *runner.Result) error {
+			change := func(ctx context.Context, a *runner.Attempt, r *runner.Result) error {
 				want, err := tc.tamper(ctx, f, a, r)
 				select {
 				case named <- want:
@@ -305,7 +322,7 @@ func TestAFailedVerificationHandsTheRunOver(t *testing.T) {
 			}
 			steps := Pipeline.Names()
 			at := slices.Index(steps, tc.step)
-			f.run(t, steps[:at+1], map[string]runner.Step{tc.step: tampered{f.env.Steps()[tc.step], tamper}})
+			f.run(t, steps[:at+1], map[string]runner.Step{tc.step: tamper(f.env.Steps()[tc.step], change)})
 			const run = "run-tampered"
 			f.start(t, run)
 			rec := f.wait(t, run, func(r *kc.Record) bool { return r.Status != kc.Running || r.Step(tc.step).Status == kc.Verified })
