@@ -121,6 +121,21 @@ type Progress struct {
 	NoProgress int    `json:"no_progress"`
 }
 
+// SetIntentsOpen writes a count of open intents (saga intents without an outcome) into the
+// step's effects, keeping what else they say, when counted; no effects and nothing open
+// stays null.
+func (s *Step) SetIntentsOpen(open int, counted bool) {
+	if !counted || (s.Effects == nil && open == 0) {
+		return
+	}
+	e := Effects{}
+	if s.Effects != nil {
+		e = *s.Effects
+	}
+	e.IntentsOpen = open
+	s.Effects = &e
+}
+
 // Parked is one item a step set aside, with the reason.
 type Parked struct {
 	Item   string `json:"item"`

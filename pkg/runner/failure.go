@@ -51,7 +51,7 @@ func (r *Runner) fail(ctx context.Context, a *Attempt, h *kc.Holder, err error) 
 			s.Status = kc.Pending
 			s.Attempts = cur.Step(a.Step).Attempts + 1
 			s.SetLastError(err.Error())
-			setIntentsOpen(s, open, counted)
+			s.SetIntentsOpen(open, counted)
 			attempts = s.Attempts
 			return nil
 		})
@@ -119,7 +119,7 @@ func (r *Runner) handover(ctx context.Context, a *Attempt, h *kc.Holder, cause e
 		s := n.Step(a.Step)
 		s.Status = kc.Failed
 		s.SetLastError(cause.Error())
-		setIntentsOpen(s, open, counted)
+		s.SetIntentsOpen(open, counted)
 		n.Handover = &note.ID
 		n.NextAction = note.NextAction
 		return nil

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"time"
 
-	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/saga"
 )
 
@@ -90,17 +89,3 @@ func (r *Runner) countIntents(ctx context.Context, a *Attempt) (int, bool) {
 
 // countTimeout bounds countIntents' read.
 const countTimeout = 3 * time.Second
-
-// setIntentsOpen writes a count of open intents into a step's effects, keeping what else
-// they say; no effects and nothing open stays null.
-func setIntentsOpen(s *kc.Step, open int, counted bool) {
-	if !counted || (s.Effects == nil && open == 0) {
-		return
-	}
-	e := kc.Effects{}
-	if s.Effects != nil {
-		e = *s.Effects
-	}
-	e.IntentsOpen = open
-	s.Effects = &e
-}

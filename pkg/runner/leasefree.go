@@ -107,7 +107,7 @@ func (r *Runner) failLeaseFree(ctx context.Context, a *Attempt, err error) settl
 		s.Attempts++
 		attempts = s.Attempts
 		s.SetLastError(err.Error())
-		setIntentsOpen(s, open, counted)
+		s.SetIntentsOpen(open, counted)
 		if handover {
 			if a.guarded != nil {
 				n.Progress = a.guarded

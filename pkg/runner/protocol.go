@@ -287,7 +287,7 @@ func (r *Runner) applyCommit(n *kc.Record, a *Attempt, res *Result, o outputs) {
 		s.Versions.Code = &code
 	}
 	s.Effects = res.Effects
-	setIntentsOpen(s, o.open, o.counted)
+	s.SetIntentsOpen(o.open, o.counted)
 	if n.Progress != nil && n.Progress.Step == a.Step { // the loop guard's count ends with its step
 		n.Progress = nil
 	}

@@ -77,7 +77,7 @@ func (s *Supervisor) handOver(ctx context.Context, runID, step, reason string, c
 			st := r.Step(step)
 			st.Status = kc.Failed
 			st.SetLastError(cause.Error())
-			setIntentsOpen(st, open, counted)
+			st.SetIntentsOpen(open, counted)
 		}
 		r.Handover = &note.ID
 		r.NextAction = note.NextAction
@@ -224,18 +224,4 @@ func (s *Supervisor) intentsOpen(ctx context.Context, rec *kc.Record, step strin
 		return 0, false
 	}
 	return t.Open(), true
-}
-
-// setIntentsOpen writes a count into a step's effects, keeping the rest; none open and no
-// effects stays null.
-func setIntentsOpen(st *kc.Step, open int, counted bool) {
-	if !counted || (st.Effects == nil && open == 0) {
-		return
-	}
-	e := kc.Effects{}
-	if st.Effects != nil {
-		e = *st.Effects
-	}
-	e.IntentsOpen = open
-	st.Effects = &e
 }
