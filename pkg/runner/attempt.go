@@ -39,6 +39,8 @@ type Attempt struct {
 	mu    sync.Mutex
 	reads []inputRead // what the attempt read, for its input fingerprint
 	tally *saga.Tally // the step's saga records, once read (nil: not read, or no longer exact)
+	// tallyFailed: reading them failed once; the commit counts them with a read of its own
+	tallyFailed bool
 
 	progress *Progress              // what the loop guard counted, for the handover note
 	guarded  *kvcheckpoint.Progress // the loop guard's count, stored with a handover
@@ -97,14 +99,21 @@ func (a *Attempt) Intents(ctx context.Context) (saga.Intents, error) {
 func (a *Attempt) RecordEffect(ctx context.Context, r saga.Record) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.readTally(ctx); err != nil {
-		return err
+	// The tally is a count for people (effects.intents_open): a read of the earlier records
+	// that fails leaves it to the commit's own read, and never fails the write.
+	if !a.tallyFailed {
+		if err := a.readTally(ctx); err != nil {
+			a.tallyFailed = true
+			a.log.Warn("intents_open left to the commit: reading the step's saga records", slog.Any("error", err))
+		}
 	}
 	if err := saga.Publish(ctx, a.r.cfg.JS, "/cairn/"+a.Step, a.r.cfg.Now(), r); err != nil {
 		a.tally = nil // it may be stored all the same: a failure reads the records again
 		return err
 	}
-	a.tally.Add(r)
+	if a.tally != nil {
+		a.tally.Add(r)
+	}
 	return nil
 }
 
