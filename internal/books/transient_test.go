@@ -76,21 +76,27 @@ func TestSQLiteBusyIsTemporary(t *testing.T) {
 // for a lock.
 func waitLockWaiter(t *testing.T, db *sql.DB) int {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond) // pg_stat_activity tells no one: it is read again
+	defer tick.Stop()
+	for {
 		var pid int
-		err := db.QueryRowContext(t.Context(), `SELECT pid FROM pg_stat_activity
+		err := db.QueryRowContext(ctx, `SELECT pid FROM pg_stat_activity
 			WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock' LIMIT 1`).Scan(&pid)
-		if err == nil {
+		switch {
+		case err == nil:
 			return pid
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
+		case ctx.Err() != nil:
+			t.Fatal("no backend waits for a lock within a minute")
+		case !errors.Is(err, sql.ErrNoRows):
 			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond) // polling PostgreSQL's view: nothing to wait on
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
 	}
-	t.Fatal("no backend waits for a lock")
-	return 0
 }
 
 // cmpErr is the first of errs that is not nil.
