@@ -256,31 +256,27 @@ func (s *Sender) finish(ctx context.Context, kv jetstream.KeyValue, m Message, r
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	p := retry.Policy{First: minBackoff, Factor: 2, Jitter: 0.1, Tries: 3}
-	for try := 0; ; try++ {
+	err := p.Do(ctx, func(error) bool { return true }, func(int) error {
 		_, ok, err := moveMark(ctx, kv, m.RunID, m.Key, Sent, rev)
-		if err == nil && ok {
+		switch {
+		case err != nil:
+			return err
+		case ok:
 			s.marked(ctx, m.RunID)
 			return nil
 		}
-		if err == nil {
-			// Another sender moved the mark: it finished the message, or it
-			// re-claimed it and will finish it. Either way this delivery is done.
-			mark, _, rerr := readMark(ctx, kv, m.RunID, m.Key)
-			if rerr != nil {
-				return rerr
-			}
-			if mark != Sent {
-				s.c.Logger.Warn("outbox mark moved while delivering", slog.String(attrKey, m.Key), slog.String(attrMark, string(mark)))
-			}
-			return nil
+		// Another sender moved the mark: it finished the message, or it re-claimed it and
+		// will finish it. Either way this delivery is done.
+		mark, _, err := readMark(ctx, kv, m.RunID, m.Key)
+		if err == nil && mark != Sent {
+			s.c.Logger.Warn("outbox mark moved while delivering", slog.String(attrKey, m.Key), slog.String(attrMark, string(mark)))
 		}
-		if try+1 == p.Tries {
-			return err
-		}
-		if werr := p.Wait(ctx, try); werr != nil {
-			return fmt.Errorf("marking outbox message %q sent: %w", m.Key, errors.Join(err, werr))
-		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("marking outbox message %q sent: %w", m.Key, err)
 	}
+	return nil
 }
 
 func (s *Sender) marked(ctx context.Context, runID string) {
