@@ -78,7 +78,7 @@ func (r *Runner) countIntents(ctx context.Context, a *Attempt) (int, bool) {
 		return 0, false
 	}
 	// A failure's own write must not wait on this read: it gets a part of the time.
-	rctx, cancel := context.WithTimeout(ctx, countTimeout)
+	rctx, cancel := context.WithTimeout(ctx, CountTimeout)
 	defer cancel()
 	if err := a.readTally(rctx); err != nil {
 		a.log.Warn("intents_open not counted", slog.Any("error", err))
@@ -87,5 +87,6 @@ func (r *Runner) countIntents(ctx context.Context, a *Attempt) (int, bool) {
 	return a.tally.Open(), true
 }
 
-// countTimeout bounds countIntents' read.
-const countTimeout = 3 * time.Second
+// CountTimeout bounds the read of a step's saga records that counts its open intents for a
+// failure or a handover (the runner's, and the supervisor's for a step whose attempts died).
+const CountTimeout = 3 * time.Second

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -216,7 +215,7 @@ func (s *Supervisor) intentsOpen(ctx context.Context, rec *kc.Record, step strin
 	if def, ok := s.cfg.Pipeline.Step(step); !ok || !def.Writes() || rec.Step(step).Status == kc.Verified {
 		return 0, false
 	}
-	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, runner.CountTimeout)
 	defer cancel()
 	t, err := saga.ReadTally(rctx, s.cfg.JS, rec.RunID, step, rec.Generation)
 	if err != nil {
