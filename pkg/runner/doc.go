@@ -14,8 +14,8 @@
 //  5. Raise the fences of the databases the step writes.
 //  6. Run the step with a heartbeat that renews the lease and the message.
 //  7. Every outside write carries its key and the token (the step's business).
-//  8. Store the output (inline or in the object store), then Verify it as read back from the
-//     store, still under the heartbeat; a failure hands the run over naming what did not hold.
+//  8. Store the output (inline or in the object store), then Verify what was stored, still
+//     under the heartbeat; a failure hands the run over naming what did not hold.
 //  9. Commit: verified, lease released, in one compare-and-set.
 //  10. Publish the step's step.verified and the next step's event, wait for the attempt's other
 //     audit events (the items it counted), ack. The first two are not waited for: the

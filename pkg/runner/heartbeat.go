@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/cairnhq/cairn/pkg/artifacts"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
 
@@ -35,42 +34,21 @@ func (r *Runner) runWithHeartbeat(ctx context.Context, m jetstream.Msg, a *Attem
 	return res, outs, err
 }
 
-// saveAndVerify stores the step's outputs, then hands Verify the result with its output and
-// snapshot read back from where they were stored: the step checks what its commit will point
-// at, not what it holds in memory. A difference is ErrVerify, naming what did not hold.
+// saveAndVerify stores the step's outputs, then hands Verify the result: the step checks
+// what its commit will point at (the bytes the store took, under their digest; the next step
+// that reads them checks that digest again), after it is stored. A difference is ErrVerify,
+// naming what did not hold.
 func (r *Runner) saveAndVerify(ctx context.Context, a *Attempt, res *Result) (outputs, error) {
 	outs, err := r.saveOutputs(ctx, a, res)
 	if err != nil {
 		return outs, err
 	}
-	v, ok := r.cfg.Step.(Verifier)
-	if !ok {
-		return outs, nil
-	}
-	saved := *res
-	if saved.Output, err = r.readBack(ctx, outs.output); err == nil && outs.snapshot != nil {
-		saved.Snapshot, err = r.readBack(ctx, outs.snapshot)
-	}
-	if err != nil {
-		return outs, err
-	}
-	if err := v.Verify(ctx, a, &saved); err != nil {
-		return outs, fmt.Errorf("%w: %w", ErrVerify, err)
+	if v, ok := r.cfg.Step.(Verifier); ok {
+		if err := v.Verify(ctx, a, res); err != nil {
+			return outs, fmt.Errorf("%w: %w", ErrVerify, err)
+		}
 	}
 	return outs, nil
-}
-
-// readBack loads a stored output: bytes other than those stored fail the verification, an
-// object store that does not answer is worth another attempt.
-func (r *Runner) readBack(ctx context.Context, o *kc.Output) ([]byte, error) {
-	b, err := r.cfg.Artifacts.Load(ctx, o)
-	switch {
-	case errors.Is(err, artifacts.ErrDigest):
-		return nil, fmt.Errorf("%w: reading back the output: %w", ErrVerify, err)
-	case err != nil:
-		return nil, Temporary(fmt.Errorf("reading back the output: %w", err))
-	}
-	return b, nil
 }
 
 // heartbeat beats from a timer every Heartbeat while the step runs: a step shorter than a
