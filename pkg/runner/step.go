@@ -24,7 +24,7 @@ type Fencer interface {
 
 // Verifier checks a step's result against what it meant to do before the step is committed.
 // Verify is called once the outputs are stored, with the result whose Output and Snapshot
-// are read back from the store; an error names what did not hold (which item, expected and
+// are the bytes stored; an error names what did not hold (which item, expected and
 // found). It fails the attempt with ErrVerify: the run is handed over, the step failed and
 // not verified, and no later step runs (a temporary error is retried as any other).
 type Verifier interface {
