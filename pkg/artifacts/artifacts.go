@@ -144,12 +144,19 @@ func (s *Store) Read(ctx context.Context, out *kvcheckpoint.Output, read func(io
 		src = obj
 	}
 	h := sha256.New()
-	r := io.TeeReader(src, h)
+	fr := &failReader{r: src}
+	r := io.TeeReader(fr, h)
 	err := read(r)
 	// The rest too, so that the digest covers every byte. Bytes other than the record says
 	// are the cause of whatever read made of them.
 	if _, cerr := io.Copy(io.Discard, r); cerr != nil && err == nil {
 		err = cerr
+	}
+	if fr.err != nil {
+		// The store stopped before the last byte (a leader change, a timeout, chunks that
+		// did not add up to the object's own digest): what was read is a part, not other
+		// bytes, and says nothing of what is stored.
+		return fmt.Errorf("loading artifact %q: %w", out.Object, fr.err)
 	}
 	if got := digestOf(h.Sum(nil)); got != out.Digest {
 		return fmt.Errorf("artifact %q is %s, the checkpoint says %s: %w", out.Object, got, out.Digest, ErrDigest)
@@ -168,4 +175,18 @@ func inlineStable(data []byte) bool {
 	}
 	b, err := json.Marshal(json.RawMessage(data))
 	return err == nil && bytes.Equal(b, data)
+}
+
+// failReader remembers the first error its source returned other than io.EOF.
+type failReader struct {
+	r   io.Reader
+	err error
+}
+
+func (f *failReader) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if err != nil && err != io.EOF && f.err == nil {
+		f.err = err
+	}
+	return n, err
 }

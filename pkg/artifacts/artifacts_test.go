@@ -2,6 +2,7 @@ package artifacts_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -364,5 +365,34 @@ func TestSaveRefusesAnotherObjectUnderItsName(t *testing.T) {
 	info, err := f.obj.GetInfo(ctx, name)
 	if err != nil || info.Digest != wantDigest(other) {
 		t.Fatalf("object %s is %v (%v), want it left as it was", name, info, err)
+	}
+}
+
+// A read the store breaks off (a leader change, a timeout) is a part of the object, not other
+// bytes: the error says why it stopped, never ErrDigest, which hands the run to a person.
+func TestReadBrokenOffIsNotADigestMismatch(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	data := bigJSON(1_000_000) // several chunks
+	out, err := f.store.Save(t.Context(), "run-1", "match", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	err = f.store.Read(ctx, out, func(r io.Reader) error {
+		var head [16]byte
+		if _, err := io.ReadFull(r, head[:]); err != nil {
+			return err
+		}
+		cancel() // the store goes away after the first bytes
+		_, err := io.Copy(io.Discard, r)
+		return err
+	})
+	if err == nil || errors.Is(err, artifacts.ErrDigest) {
+		t.Fatalf("Read broken off = %v, want the store's error, not ErrDigest", err)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Read broken off = %v, want context.Canceled", err)
 	}
 }
