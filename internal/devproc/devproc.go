@@ -77,7 +77,7 @@ func StartArgs(bin string, args []string, env []string, logPath string, within t
 	case <-ready:
 		return p, nil
 	case <-p.done:
-		return nil, fmt.Errorf("%s ended before it was ready (%v); see %s", name, p.err, logPath)
+		return nil, fmt.Errorf("%s ended before it was ready (%v); see %s, which ends:\n%s", name, p.err, logPath, logEnd(logPath))
 	case <-t.C:
 		_ = cmd.Process.Kill()
 		<-p.done
@@ -140,4 +140,17 @@ func (p *Proc) Stop(limit time.Duration) {
 	case <-t.C:
 		p.Kill()
 	}
+}
+
+// logEnd is the last few KiB of a log, what a service that stopped at start says of why.
+func logEnd(path string) string {
+	const n = 2048
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return strings.TrimSpace(string(b))
 }

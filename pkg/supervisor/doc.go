@@ -4,7 +4,7 @@
 //
 // A finishing run waits on its mail alone: it is handed over at once when a message was
 // refused for good (the mark says refused), and when messages are still undelivered
-// OutboxStall after its last progress, the note naming them. A resume of such a run queues
+// OutboxStall after its last progress (a message delivered is progress), the note naming them. A resume of such a run queues
 // the refused and never-claimed messages again first (Requeue); a message with a sending
 // mark is left to its copy on the outbox-sender durable, which never gives one up.
 //

@@ -146,3 +146,35 @@ func (f *fixture) copies(t *testing.T, runID, key string) int {
 	}
 	return n
 }
+
+// Mail going out is progress: a finishing run whose messages go one at a time, each within
+// CAIRN_OUTBOX_STALL of the one before, is not handed over, however long all of them take;
+// once none has gone for CAIRN_OUTBOX_STALL, it is.
+func TestOutboxStallCountsFromTheLastMessageDelivered(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+	f.create(t, "r1", finishing(0))
+	var keys []string
+	for _, k := range []string{"debit-a", "debit-b", "report"} {
+		key := f.queue(t, "r1", k, 0)
+		f.mark(t, "r1", key, outbox.Sending)
+		keys = append(keys, key)
+	}
+	f.observeAll(t, s)
+	s.SweepOnce(f.ctx, false)
+	for _, key := range keys[:2] {
+		f.clock.Advance(testOutboxStall - time.Second)
+		f.mark(t, "r1", key, outbox.Sent)
+		s.SweepOnce(f.ctx, false)
+		f.status(t, "r1", kc.Finishing, "a message went within the stall")
+	}
+	f.clock.Advance(testOutboxStall - time.Second)
+	s.SweepOnce(f.ctx, false)
+	f.status(t, "r1", kc.Finishing, "a second before CAIRN_OUTBOX_STALL since the last message went")
+	f.clock.Advance(time.Second)
+	s.SweepOnce(f.ctx, false)
+	f.handedOver(t, "r1", "", "CAIRN_OUTBOX_STALL")
+	if n := noteError(t, f, "r1"); !strings.Contains(n, "1 outbox messages") || !strings.Contains(n, "report") {
+		t.Fatalf("note %q: want it to name the one undelivered report", n)
+	}
+}

@@ -154,7 +154,7 @@ func (s *Supervisor) requeueOnResume(ctx context.Context, requestID, runID strin
 
 // sweepFinishing settles a finishing run, or hands it over: at once when a message was
 // refused for good, and when messages are still undelivered CAIRN_OUTBOX_STALL after the
-// run's last progress.
+// run's last progress, a message delivered counting as progress.
 func (s *Supervisor) sweepFinishing(ctx context.Context, w watched) error {
 	runID := w.rec.RunID
 	pending, _, err := Undelivered(ctx, s.cfg.JS, s.cfg.Marks, w.rec)
@@ -181,7 +181,7 @@ func (s *Supervisor) sweepFinishing(ctx context.Context, w watched) error {
 		cause := fmt.Errorf("outbox message refused for good: %s; fix the cause, then cairn resume %s sends it again", strings.Join(parts, "; "), runID)
 		return s.handOver(ctx, runID, "", reasonOutboxRefused, cause, unchanged)
 	}
-	if waited := s.cfg.Now().Sub(w.progress.began()); waited >= s.cfg.OutboxStall {
+	if waited := s.cfg.Now().Sub(s.mailProgress(runID, len(pending), w.progress.began())); waited >= s.cfg.OutboxStall {
 		keys := make([]string, 0, len(pending))
 		for _, p := range pending {
 			// The run's own prefix is left out, so the note names every key within its limit.
@@ -214,3 +214,21 @@ func (s *Supervisor) refusals(ctx context.Context, runID string) map[string]stri
 // EventOutboxRefused is the audit event the outbox sender's host records for a message the
 // outside system refused for good (Item the key, Detail the error); a handover names it.
 const EventOutboxRefused = "outbox.refused"
+
+// mailProgress is when a finishing run last made progress: began (its record's), or later,
+// when a sweep found fewer of its messages undelivered than the sweep before. Mail going out
+// one message at a time is progress, however long all of it takes.
+func (s *Supervisor) mailProgress(runID string, pending int, began time.Time) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, ok := s.mail[runID]
+	if ok && pending < d.pending {
+		d.fell = s.cfg.Now()
+	}
+	d.pending = pending
+	s.mail[runID] = d
+	if d.fell.After(began) {
+		return d.fell
+	}
+	return began
+}

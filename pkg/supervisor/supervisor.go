@@ -43,7 +43,7 @@ type Config struct {
 	// progressed_at (timers.go); default 10m.
 	StallTimeout time.Duration
 	// OutboxStall hands over a finishing run whose mail is still undelivered this long after
-	// its last progress, naming the messages; default 15m. A message refused for good hands
+	// its last progress (a message delivered is progress), naming the messages; default 15m. A message refused for good hands
 	// its finishing run over at once.
 	OutboxStall time.Duration
 	// ReassignLimit hands over a run instead of reassigning its step once more; default 5.
@@ -71,6 +71,14 @@ type Supervisor struct {
 	mu   sync.Mutex
 	seen map[string]observation // run -> what the last sweep saw
 	runs map[string]watched     // run -> its latest record, kept by a watch on the bucket
+	mail map[string]delivery    // finishing run -> how much of its mail was undelivered, and since when
+}
+
+// delivery is how many of a finishing run's messages a sweep found undelivered, and when, by
+// the supervisor's clock, that number last fell (zero until it has fallen).
+type delivery struct {
+	pending int
+	fell    time.Time
 }
 
 // watched is a run's latest record as the bucket's watch delivered it, since when it has
@@ -117,7 +125,7 @@ func New(c Config) (*Supervisor, error) {
 	if err := c.Pipeline.Validate(); err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
-	return &Supervisor{cfg: c, audit: audit.New(c.JS, "supervisor", c.Now), log: c.Logger.With(slog.String("service", "supervisor")), seen: map[string]observation{}, runs: map[string]watched{}, ready: make(chan struct{})}, nil
+	return &Supervisor{cfg: c, audit: audit.New(c.JS, "supervisor", c.Now), log: c.Logger.With(slog.String("service", "supervisor")), seen: map[string]observation{}, runs: map[string]watched{}, mail: map[string]delivery{}, ready: make(chan struct{})}, nil
 }
 
 // Run frees the leases of owners that are gone, then consumes commands and sweeps until ctx

@@ -30,6 +30,7 @@ func (s *Supervisor) observe(e jetstream.KeyValueEntry) {
 	if e.Operation() != jetstream.KeyValuePut || err != nil || rec.Epoch != s.cfg.Store.Epoch() {
 		delete(s.runs, e.Key())
 		delete(s.seen, e.Key())
+		delete(s.mail, e.Key())
 		return
 	}
 	w := watched{rec: rec, rev: e.Revision()}
@@ -55,6 +56,9 @@ func (s *Supervisor) SweepOnce(ctx context.Context, startup bool) {
 			live = append(live, w)
 		default:
 			delete(s.seen, id)
+		}
+		if w.rec.Status != kc.Finishing {
+			delete(s.mail, id)
 		}
 	}
 	s.mu.Unlock()
