@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/outbox"
@@ -31,7 +32,7 @@ func TestHandoverNotifiesOnce(t *testing.T) {
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		var c call
-		c.sigOK = r.Header.Get(outbox.SignatureHeader) == outbox.Sign([]byte("s3cret"), b)
+		c.sigOK = outbox.VerifyWebhook([]byte("s3cret"), r.Header, b, time.Now(), 5*time.Minute) == nil
 		_ = json.Unmarshal(b, &c.body)
 		mu.Lock()
 		calls = append(calls, c)

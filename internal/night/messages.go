@@ -59,7 +59,7 @@ func (s debitNotesStep) plan(ctx context.Context, a *runner.Attempt) (notePlan, 
 	desired := make([]outbox.Message, len(notes))
 	for i, n := range notes {
 		subject, body := recon.DebitNoteText(a.RunID, a.Params.Warehouse, a.Params.Date, n)
-		to := "accounts+" + lowerID(n.SupplierID) + "@suppliers.example"
+		to := SupplierAddress(n.SupplierID)
 		desired[i] = s.message(a, "debit", a.RunID+":debit:"+n.SupplierID, to, subject, body)
 	}
 	var existing []outbox.Message

@@ -202,7 +202,7 @@ func (d *Deps) NightEnv(ctx context.Context) (*night.Env, func(), error) {
 	}
 	env := &night.Env{
 		InboxDir: d.Config.InboxDir, Ledger: ledger, ERP: erp, Memo: d.Memo, Marks: d.Marks, Extractor: extractor,
-		MailFrom: "cairn@cairn.local", FinanceTo: "finance-head@cairn.local",
+		MailFrom: mailFrom, FinanceTo: financeTo,
 	}
 	return env, func() { ledger.Close(); erp.Close() }, nil
 }
@@ -277,7 +277,8 @@ func (d *Deps) RunOutboxSender(ctx context.Context) error {
 		return fmt.Errorf("CAIRN_MAIL_DIR %s: %w", d.Config.MailDir, err)
 	}
 	if d.Config.NotifyWebhook != "" {
-		t = outbox.Routed{Mail: t, Webhook: outbox.WebhookTransport{Secret: []byte(d.Config.NotifySecret), Client: &http.Client{Timeout: turn / 2}}}
+		t = outbox.Routed{Mail: t, Webhook: outbox.WebhookTransport{URL: d.Config.NotifyWebhook, Secret: []byte(d.Config.NotifySecret),
+			Client: &http.Client{Timeout: turn / 2}, Now: d.Now}}
 	}
 	log := d.Logger.With(slog.String("service", "outbox-sender"))
 	rej := audit.New(d.JS, "outbox-sender", d.Now)
@@ -285,6 +286,7 @@ func (d *Deps) RunOutboxSender(ctx context.Context) error {
 	s, err := outbox.NewSender(outbox.SenderConfig{
 		JS: d.JS, Transport: countingTransport{t, d.Metrics}, Logger: log, Timeout: turn, MaxBackoff: d.Config.OutboxBackoff,
 		Admit: outbox.RecordAdmission(d.Store), Faults: d.Faults,
+		Allow:  d.Config.allow(),
 		Marked: func(ctx context.Context, runID string) { d.settle(ctx, runID) },
 		Dropped: func(ctx context.Context, m outbox.Message, reason string) {
 			d.Metrics.Outbox.WithLabelValues("dropped").Inc()
@@ -353,6 +355,24 @@ func (t countingTransport) Deliver(ctx context.Context, m outbox.Message, raw []
 	return err
 }
 
+// The one sender of Cairn's mail, and the finance mailbox the night's report goes to.
+const (
+	mailFrom  = "cairn@cairn.local"
+	financeTo = "finance-head@cairn.local"
+)
+
+// allow is whom the outbox sender may send as and to: from mailFrom, the night's mail to
+// the recipients its steps derive, notices to CAIRN_NOTIFY_EMAIL and CAIRN_NOTIFY_WEBHOOK.
+func (c Config) allow() outbox.Allow {
+	steps := night.Recipients(financeTo)
+	return outbox.Allow{From: mailFrom, Webhook: c.NotifyWebhook, Mail: func(kind, to string) bool {
+		if kind == outbox.KindHandover || kind == outbox.KindApproval {
+			return c.NotifyEmail != "" && to == c.NotifyEmail
+		}
+		return steps(kind, to)
+	}}
+}
+
 // notify queues, through the outbox, the notifications of a handover or of a wait for
 // approval: a mail to CAIRN_NOTIFY_EMAIL and a signed POST of the note to
 // CAIRN_NOTIFY_WEBHOOK. Each is keyed by the note's id, so each handover notifies once.
@@ -366,7 +386,7 @@ func (d *Deps) notify(ctx context.Context, kind string, note runner.HandoverNote
 		step = "run"
 	}
 	base := outbox.Message{RunID: note.RunID, Kind: kind, Step: step, Generation: generation, Token: token,
-		From: "cairn@cairn.local", QueuedAt: d.Now().UTC().Round(time.Second)}
+		From: mailFrom, QueuedAt: d.Now().UTC().Round(time.Second)}
 	var msgs []outbox.Message
 	if c.NotifyEmail != "" {
 		m := base

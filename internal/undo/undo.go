@@ -14,14 +14,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/cairnhq/cairn/internal/books"
 	"github.com/cairnhq/cairn/pkg/assets"
@@ -79,11 +76,7 @@ func New(c Config) (*Compensator, error) {
 	if c.JS == nil || c.Store == nil || c.Ledger == nil || c.ERP == nil || c.Marks == nil {
 		return nil, errors.New("compensator: needs JetStream, the checkpoint store, both databases and the outbox marks")
 	}
-	host, _ := os.Hostname()
-	owner := kc.Owner{
-		Name:  "compensator/" + cmp.Or(host, "host") + "/" + strconv.Itoa(os.Getpid()) + "-" + nuid.Next()[:6],
-		Inbox: "cairn.owner.compensator." + nuid.Next(),
-	}
+	owner := runner.NewOwner("compensator")
 	return &Compensator{cfg: c, owner: owner, audit: audit.New(c.JS, "compensator", c.Now),
 		log: c.Logger.With(slog.String("service", "compensator"), slog.String("owner", owner.Name))}, nil
 }
@@ -225,7 +218,7 @@ func (c *Compensator) undo(ctx context.Context, m jetstream.Msg, runID, id strin
 		}
 	}
 	if l := rec.Lease; l != nil {
-		if l.Step == Step && runner.OwnerGone(ctx, c.cfg.JS.Conn(), l.OwnerInbox, c.cfg.TakeoverGap) {
+		if l.Step == Step && runner.OwnerGone(ctx, c.cfg.JS.Conn(), *l, c.cfg.TakeoverGap) {
 			if _, err := runner.ReleaseLease(ctx, c.cfg.JS, c.cfg.Store, "/cairn/compensator", runID, *l, "owner "+l.Owner+" gone (no responders)", c.cfg.Now); err != nil {
 				return err
 			}

@@ -56,6 +56,9 @@ type SenderConfig struct {
 	Workers int
 	// Faults injects crashes around deliveries (FaultStep); nil injects nothing.
 	Faults *faults.Set
+	// Allow is whom the sender may send as and to; required. A message it refuses is
+	// marked refused (Refused is called) and never handed to the transport.
+	Allow Allow
 
 	// Admit decides whether a message may still be sent (the run's generation and
 	// token rules of DESIGN.md; RecordAdmission reads them from the checkpoints). False
@@ -99,6 +102,9 @@ func (c SenderConfig) validate() error {
 	}
 	if c.Logger == nil {
 		errs = append(errs, errors.New("Logger is required"))
+	}
+	if err := c.Allow.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("Timeout %s is negative", c.Timeout))

@@ -54,7 +54,9 @@
 // each ±10% ([RetryPolicy], a package retry policy), for as long as they last: the outbox-sender durable has no delivery limit, so no
 // message is ever abandoned by one. An undecodable message goes to
 // [SenderConfig].Rejected and is terminated. A message the outside system refused for
-// good ([ErrPermanent]: an SMTP 5xx, a webhook 4xx) gets the mark refused, goes to
+// good ([ErrPermanent]: an SMTP 5xx, a webhook 3xx or 4xx), or that the sender's
+// configuration does not allow ([Allow]: another From, a recipient or URL of the message's
+// own choosing; [ErrForbidden], never handed to the transport), gets the mark refused, goes to
 // [SenderConfig].Refused and is terminated: its run does not reach done, the supervisor
 // hands it over naming the message, and a resume after the fix reopens the mark
 // ([Reopen]) and queues a copy of its own (Message.Requeue).

@@ -25,4 +25,12 @@ var (
 
 	// errBusy means another live sender holds the message's mark right now: retry later.
 	errBusy = errors.New("another sender is delivering the message")
+
+	// ErrForbidden marks a message from a sender or to a recipient or URL that the sender's
+	// configuration does not allow (Allow): it is refused, never sent.
+	ErrForbidden = errors.New("address not allowed")
+
+	// ErrSignature is returned by VerifyWebhook for a call whose signature, timestamp or key
+	// does not check out.
+	ErrSignature = errors.New("webhook signature does not verify")
 )

@@ -139,8 +139,9 @@ func TestHangingWebhookDoesNotHoldUpOtherMail(t *testing.T) {
 	notice.To = []string{hook.URL}
 	mail := message("run-b", "report", "run-b:report")
 	stop := runSender(t, f, outbox.SenderConfig{
-		Transport: outbox.Routed{Mail: outbox.SMTPTransport{Addr: ms.addr}, Webhook: outbox.WebhookTransport{Client: &http.Client{Timeout: 5 * time.Minute}}},
+		Transport: outbox.Routed{Mail: outbox.SMTPTransport{Addr: ms.addr}, Webhook: outbox.WebhookTransport{URL: hook.URL, Client: &http.Client{Timeout: 5 * time.Minute}}},
 		Timeout:   5 * time.Minute,
+		Allow:     outbox.Allow{From: anyMail.From, Mail: anyMail.Mail, Webhook: hook.URL},
 	})
 	f.queue(t, notice)
 	until(t, time.Minute, "the webhook called", func() bool { return hanging.Load() > 0 })
@@ -188,8 +189,9 @@ func TestTwoCopiesOfAMessageInHandAtOnceGoOnce(t *testing.T) {
 	again := first
 	again.Requeue = 7 // the copy a resume queues again: another event id, the same key
 	stop := runSender(t, f, outbox.SenderConfig{
-		Transport: outbox.Routed{Webhook: outbox.WebhookTransport{Client: &http.Client{Timeout: 5 * time.Minute}}},
+		Transport: outbox.Routed{Webhook: outbox.WebhookTransport{URL: hook.URL, Client: &http.Client{Timeout: 5 * time.Minute}}},
 		Timeout:   5 * time.Minute,
+		Allow:     outbox.Allow{Webhook: hook.URL},
 	})
 	f.queue(t, first)
 	until(t, time.Minute, "the webhook called", func() bool { return hanging.Load() > 0 })

@@ -185,6 +185,9 @@ func (s *Sender) process(ctx context.Context, kv jetstream.KeyValue, msg jetstre
 			raced = true
 			continue
 		}
+		if err := s.c.Allow.Check(m); err != nil {
+			return 0, "", s.refuse(ctx, kv, m, rev, err)
+		}
 		s.marked(ctx, m.RunID)
 		// Tell the server this turn is alive before the one call that may take long.
 		_ = msg.InProgress()

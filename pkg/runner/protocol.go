@@ -64,7 +64,7 @@ func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.Step
 		return r.runLeaseFree(ctx, m, ready, rec, rev, redelivered)
 	}
 	if rec.Lease != nil {
-		if r.ownerGone(ctx, rec.Lease) {
+		if r.ownerGone(ctx, run, rec.Lease) {
 			r.releaseGone(ctx, run, *rec.Lease)
 		}
 		return ack

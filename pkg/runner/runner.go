@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 
@@ -113,6 +111,9 @@ func (c Config) validate() error {
 	if c.Step == nil {
 		errs = append(errs, fmt.Errorf("step %q has no implementation", c.StepName))
 	}
+	if !ownerService(c.Service) {
+		errs = append(errs, fmt.Errorf("service %q is not one subject token of letters, digits, '-' and '_' (it names the owner inbox)", cut(c.Service, 64)))
+	}
 	if _, ok := c.Step.(Planner); c.Approval && !ok {
 		errs = append(errs, fmt.Errorf("step %q cannot wait for approval: it cannot plan", c.StepName))
 	}
@@ -157,11 +158,7 @@ func New(c Config) (*Runner, error) {
 		return nil, fmt.Errorf("step runner %q: %w", c.StepName, err)
 	}
 	def, _ := c.Pipeline.Step(c.StepName)
-	host, _ := os.Hostname()
-	owner := kvcheckpoint.Owner{
-		Name:  c.Service + "/" + cmp.Or(host, "host") + "/" + strconv.Itoa(os.Getpid()) + "-" + nuid.Next()[:6],
-		Inbox: "cairn.owner." + c.Service + "." + nuid.Next(),
-	}
+	owner := NewOwner(c.Service)
 	return &Runner{
 		cfg: c, def: def, owner: owner,
 		audit:   audit.New(c.JS, c.Service, c.Now),

@@ -142,7 +142,7 @@ func TestZombieIsFenced(t *testing.T) {
 	f.start(t, "r1")
 	<-started
 	ctx := context.Background()
-	thief := kc.Owner{Name: "one/other-host/1", Inbox: "cairn.owner.one.thief"}
+	thief := kc.Owner{Name: "one/other-host/1", Inbox: "cairn.owner.one.thief00000000000000000"}
 	_, _, err := f.store.Mutate(ctx, "r1", func(n *kc.Record) error { n.Lease = nil; return nil })
 	if err != nil {
 		t.Fatal(err)
@@ -211,7 +211,7 @@ func TestFastTakeoverOfADeadOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead := kc.Owner{Name: "one/dead-host/1", Inbox: "cairn.owner.one.nobody-listens"}
+	dead := kc.Owner{Name: "one/dead-host/1", Inbox: "cairn.owner.one.nobodylistens000000000"}
 	if _, err := f.store.Take(ctx, rec, rev, dead, "one", func(n *kc.Record) { n.Step("one").Status = kc.InProgress }); err != nil {
 		t.Fatal(err)
 	}

@@ -1,24 +1,77 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
 
+// OwnerPrefix begins every owner inbox: an owner of service s answers on
+// OwnerPrefix + s + "." + a nuid, the subjects s's NATS user alone may subscribe to.
+const OwnerPrefix = "cairn.owner."
+
+// NewOwner is the identity a worker of service takes leases under: the name
+// <service>/<host>/<pid>-<6 of a nuid> and the inbox cairn.owner.<service>.<nuid> it answers
+// on. It is the one writer of the shape CheckOwnerInbox accepts.
+func NewOwner(service string) kc.Owner {
+	host, _ := os.Hostname()
+	return kc.Owner{
+		Name:  service + "/" + cmp.Or(host, "host") + "/" + strconv.Itoa(os.Getpid()) + "-" + nuid.Next()[:6],
+		Inbox: ownerInbox(service, nuid.Next()),
+	}
+}
+
+func ownerInbox(service, id string) string { return OwnerPrefix + service + "." + id }
+
+// CheckOwnerInbox returns nil when l's owner inbox has the one shape NewOwner writes: an
+// inbox under the owner prefix of the service l.Owner names, ending in a nuid. Any other
+// (a subject of a stream, a KV key, a wildcard, another service's inbox) wraps
+// ErrForeignInbox: the lease is a forged or corrupt record's, and its inbox is never asked.
+func CheckOwnerInbox(l kc.Lease) error {
+	service, _, _ := strings.Cut(l.Owner, "/")
+	id, ok := strings.CutPrefix(l.OwnerInbox, OwnerPrefix+service+".")
+	if !ownerService(service) || !ok || l.OwnerInbox != ownerInbox(service, id) || !isNUID(id) {
+		return fmt.Errorf("lease of %q (token %d) names owner inbox %q, not %s<service>.<nuid> of its owner's service: %w",
+			cut(l.Owner, 128), l.Token, cut(l.OwnerInbox, 256), OwnerPrefix, ErrForeignInbox)
+	}
+	return nil
+}
+
+// ownerService: a service name fit for one subject token, as step names are.
+func ownerService(s string) bool {
+	return len(s) > 0 && len(s) <= 64 && !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_')
+	})
+}
+
+// isNUID: 22 base-62 characters, as nuid.Next gives.
+func isNUID(s string) bool {
+	return len(s) == 22 && !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
+	})
+}
+
 // OwnerGone asks a lease owner's inbox twice, gap apart: two "no responders" answers, with
-// the asker connected throughout, prove the owner gone. A timeout proves nothing.
-func OwnerGone(ctx context.Context, nc *nats.Conn, inbox string, gap time.Duration) bool {
-	if inbox == "" {
+// the asker connected throughout, prove the owner gone. A timeout proves nothing. An inbox
+// CheckOwnerInbox refuses is never asked: it proves nothing either.
+func OwnerGone(ctx context.Context, nc *nats.Conn, l kc.Lease, gap time.Duration) bool {
+	if CheckOwnerInbox(l) != nil {
 		return false
 	}
+	inbox := l.OwnerInbox
 	ask := func() bool {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
@@ -39,8 +92,14 @@ func OwnerGone(ctx context.Context, nc *nats.Conn, inbox string, gap time.Durati
 	return ask() && nc.IsConnected() && nc.Stats().Reconnects == reconnects
 }
 
-func (r *Runner) ownerGone(ctx context.Context, l *kc.Lease) bool {
-	return OwnerGone(ctx, r.cfg.JS.Conn(), l.OwnerInbox, r.cfg.TakeoverGap)
+// ownerGone: a lease with a foreign owner inbox is left to the supervisor, which hands the
+// run over naming it; this worker asks nothing.
+func (r *Runner) ownerGone(ctx context.Context, runID string, l *kc.Lease) bool {
+	if err := CheckOwnerInbox(*l); err != nil {
+		r.log.Warn("lease left to the supervisor", slog.String("run_id", runID), slog.Any("error", err))
+		return false
+	}
+	return OwnerGone(ctx, r.cfg.JS.Conn(), *l, r.cfg.TakeoverGap)
 }
 
 func (r *Runner) releaseGone(ctx context.Context, runID string, l kc.Lease) {

@@ -19,7 +19,7 @@ func TestCancelStopsARunningRunAndCopiesItsLease(t *testing.T) {
 	f := setup(t)
 	s := f.supervisor(t)
 	f.create(t, "r1", nil)
-	h := f.take(t, "r1", "a", kc.Owner{Name: "a/host/1", Inbox: "cairn.owner.a.one"})
+	h := f.take(t, "r1", "a", kc.Owner{Name: "a/host/1", Inbox: "cairn.owner.a.one0000000000000000000"})
 	held, _ := h.Record()
 
 	f.command(t, s, events.RunSubject("r1", events.VerbCancel), `{"request_id":"cancel-1"}`)
@@ -195,7 +195,7 @@ func TestResumeWaitsForTheLease(t *testing.T) {
 	f := setup(t)
 	s := f.supervisor(t)
 	f.create(t, "r1", nil)
-	h := f.take(t, "r1", "a", kc.Owner{Name: "a/host/1", Inbox: "cairn.owner.a.x"})
+	h := f.take(t, "r1", "a", kc.Owner{Name: "a/host/1", Inbox: "cairn.owner.a.x000000000000000000000"})
 	if _, _, err := f.store.Mutate(f.ctx, "r1", func(r *kc.Record) error { r.Status = kc.Cancelled; return nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ func TestWaitingCommandHandedOverAfterStall(t *testing.T) {
 	f := setup(t)
 	s := f.supervisor(t)
 	f.create(t, "r1", nil)
-	f.take(t, "r1", "a", kc.Owner{Name: "a/host/1", Inbox: "cairn.owner.a.x"})
+	f.take(t, "r1", "a", kc.Owner{Name: "a/host/1", Inbox: "cairn.owner.a.x000000000000000000000"})
 	if _, _, err := f.store.Mutate(f.ctx, "r1", func(r *kc.Record) error { r.Status = kc.Cancelled; return nil }); err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ const (
 	reasonApprovalTimeout = "approval_timeout"
 	reasonOutboxStall     = "outbox_stall"
 	reasonOutboxRefused   = "outbox_refused"
+	reasonForeignInbox    = "foreign_inbox"
 )
 
 // handOver stops a run the supervisor gave up on: the note first, then the record (status

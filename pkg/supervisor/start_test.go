@@ -77,7 +77,7 @@ func TestStartTwiceMakesOneRunAndRepublishesOnlyWhileIdle(t *testing.T) {
 	}
 
 	// Again while a worker holds a's lease: nothing is published.
-	f.take(t, "r1", "a", kc.Owner{Name: "a/host/1", Inbox: "cairn.owner.a.one"})
+	f.take(t, "r1", "a", kc.Owner{Name: "a/host/1", Inbox: "cairn.owner.a.one0000000000000000000"})
 	f.command(t, s, events.RunStartSubject, startR1)
 	f.nonePublished(t)
 

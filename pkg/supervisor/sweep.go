@@ -130,8 +130,13 @@ func (s *Supervisor) sweepRun(ctx context.Context, rec *kc.Record, rev uint64, s
 	s.seen[runID] = obs
 	s.mu.Unlock()
 	if l := rec.Lease; l != nil {
+		foreign := runner.CheckOwnerInbox(*l)
 		switch {
-		case (startup || stale) && runner.OwnerGone(ctx, s.cfg.JS.Conn(), l.OwnerInbox, s.cfg.TakeoverGap):
+		case foreign != nil && handable(rec):
+			// A forged or corrupt lease: its inbox is never asked, the lease never released.
+			s.forget(runID)
+			return s.handOver(ctx, runID, rec.Current(), reasonForeignInbox, foreign, func(r *kc.Record) bool { return r.Lease != nil && *r.Lease == *l })
+		case foreign == nil && (startup || stale) && runner.OwnerGone(ctx, s.cfg.JS.Conn(), *l, s.cfg.TakeoverGap):
 			s.forget(runID)
 			return s.reassign(ctx, runID, *l, "owner_gone", "owner "+l.Owner+" gone (no responders)")
 		case now.Sub(obs.since) >= s.cfg.Lease:

@@ -13,7 +13,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/outbox"
 )
 
-var worker = kc.Owner{Name: "a/host/1", Inbox: "cairn.owner.a.one"}
+var worker = kc.Owner{Name: "a/host/1", Inbox: "cairn.owner.a.one0000000000000000000"}
 
 // released checks that the run's lease was released by the supervisor at revision rev > after,
 // audited as reassigned, and that the step's event was published with that revision.
@@ -120,7 +120,7 @@ func TestSweepAtStartupReleasesTheLeaseOfAGoneOwner(t *testing.T) {
 	f := setup(t)
 	s := f.supervisor(t)
 	f.create(t, "r1", nil)
-	f.take(t, "r1", "a", kc.Owner{Name: "a/host/1", Inbox: "cairn.owner.a.gone"})
+	f.take(t, "r1", "a", kc.Owner{Name: "a/host/1", Inbox: "cairn.owner.a.gone000000000000000000"})
 	_, taken := f.load(t, "r1")
 	f.observeAll(t, s)
 
@@ -135,7 +135,7 @@ func TestSweepReleasesTheLeaseOfAGoneOwnerAfterTwoHeartbeats(t *testing.T) {
 	f := setup(t)
 	s := f.supervisor(t)
 	f.create(t, "r1", nil)
-	f.take(t, "r1", "a", kc.Owner{Name: "a/host/1", Inbox: "cairn.owner.a.gone"})
+	f.take(t, "r1", "a", kc.Owner{Name: "a/host/1", Inbox: "cairn.owner.a.gone000000000000000000"})
 	_, taken := f.load(t, "r1")
 	f.observeAll(t, s)
 	s.SweepOnce(f.ctx, false)
