@@ -42,9 +42,14 @@ func (c Config) Assets() assets.Config {
 	return assets.Config{Replicas: c.Replicas, Steps: night.Pipeline.Names(), AckWait: c.AckWait, MaxDeliver: c.MaxDeliver}
 }
 
+// connectTimeout bounds the dial and TLS handshake of each connection attempt.
+const connectTimeout = 10 * time.Second
+
 // Connect connects to NATS as name.
 func Connect(c Config, name string) (*nats.Conn, jetstream.JetStream, error) {
-	opts := []nats.Option{nats.Name("cairn-" + name), nats.MaxReconnects(-1), nats.CustomInboxPrefix(c.Inbox(name))}
+	// A TLS handshake on a busy machine (a whole deployment starting at once) can take longer
+	// than nats.go's 2 s default, which would end the service before it is ready.
+	opts := []nats.Option{nats.Name("cairn-" + name), nats.MaxReconnects(-1), nats.CustomInboxPrefix(c.Inbox(name)), nats.Timeout(connectTimeout)}
 	if c.NATSCreds != "" {
 		opts = append(opts, nats.UserCredentials(c.NATSCreds))
 	}

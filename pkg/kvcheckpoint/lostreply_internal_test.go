@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/internal/natstest"
@@ -216,4 +218,75 @@ func createRun(t *testing.T, st *Store) (*Record, uint64) {
 		t.Fatalf("Load: %v", err)
 	}
 	return rec, rev
+}
+
+// TestLostReplyUnderAServiceUser: a service's user (deploy/nats/accounts.conf) may read a
+// record and compare-and-set it, but may not create a consumer on the bucket, which a
+// History needs. A write whose answer is lost is still found landed.
+func TestLostReplyUnderAServiceUser(t *testing.T) {
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Users: []*server.User{
+			{Username: "admin", Password: "admin"},
+			{Username: "svc", Password: "svc", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{
+					"$JS.API.INFO", "$JS.API.STREAM.INFO.*", "$JS.API.DIRECT.GET.KV_cairn-runs.>",
+					"$JS.API.STREAM.MSG.GET.KV_cairn-runs", "$KV.cairn-runs.*",
+				}},
+				Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+			}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	t.Cleanup(s.Shutdown)
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	connect := func(user string) jetstream.JetStream {
+		nc, err := nats.Connect(s.ClientURL(), nats.UserInfo(user, user))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return js
+	}
+	ctx := ctxFor(t)
+	if _, err := connect("admin").CreateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: Bucket, History: 16, Metadata: map[string]string{EpochKey: "e1"},
+	}); err != nil {
+		t.Fatalf("creating bucket: %v", err)
+	}
+	for _, mode := range []string{"mismatch", "timeout"} {
+		t.Run(mode, func(t *testing.T) {
+			st, err := Open(ctx, connect("svc"), Bucket)
+			if err != nil {
+				t.Fatalf("Open as the service's user: %v", err)
+			}
+			kv := &lossyKV{KeyValue: st.kv, mode: mode}
+			st.kv = kv
+			rec := New("run-"+mode, Params{Warehouse: "ldh", Date: "2026-10-13"}, []string{"fetch", "extract"}, "2026-10-13T22:00:03Z")
+			rev, err := st.Create(ctx, rec)
+			if err != nil {
+				t.Fatalf("Create: %v", err)
+			}
+			kv.loseNext(1)
+			got, grev, err := st.Mutate(ctx, rec.RunID, func(r *Record) error {
+				r.Step("fetch").Status = InProgress
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("Mutate with a lost answer, as the service's user: %v", err)
+			}
+			if grev != rev+1 || got.Steps["fetch"].Status != InProgress {
+				t.Fatalf("Mutate = revision %d, fetch %s; want revision %d, in_progress (written once)", grev, got.Steps["fetch"].Status, rev+1)
+			}
+		})
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +29,7 @@ type Store struct {
 	bucket string
 	epoch  string
 	now    func() time.Time
+	api    string // the JetStream API's subject prefix, "$JS.API." unless a domain or prefix says
 
 	conflicts atomic.Int64
 	written   written
@@ -62,7 +64,7 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, opts ...Op
 	if epoch == "" {
 		return nil, fmt.Errorf("bucket %q: %w", bucket, ErrNoEpoch)
 	}
-	s := &Store{nc: js.Conn(), kv: kv, bucket: bucket, epoch: epoch, now: time.Now}
+	s := &Store{nc: js.Conn(), kv: kv, bucket: bucket, epoch: epoch, now: time.Now, api: apiPrefix(js.Options())}
 	for _, o := range opts {
 		o(s)
 	}
@@ -220,24 +222,130 @@ func (s *Store) MutateFrom(ctx context.Context, cur *Record, rev uint64, runID s
 // whether the bytes written are among the key's revisions since (the write landed, though
 // others may have written after it) and returns the latest record.
 func (s *Store) since(ctx context.Context, runID string, after uint64, written []byte) (landed bool, latest *Record, rev uint64, err error) {
-	hist, err := s.kv.History(ctx, runID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return false, nil, 0, fmt.Errorf("re-reading checkpoint %q: %w", runID, ErrNotFound)
-	}
+	hist, err := s.revisions(ctx, runID, after)
 	if err != nil {
 		return false, nil, 0, fmt.Errorf("re-reading checkpoint %q: %w", runID, err)
 	}
 	for _, e := range hist {
-		if e.Revision() > after && bytes.Equal(e.Value(), written) {
+		if bytes.Equal(e.value, written) && e.op == "" {
 			landed = true
 		}
 	}
+	if len(hist) == 0 {
+		last, err := s.leaderGet(ctx, msgGet{LastBySubject: s.subject(runID)})
+		if err != nil {
+			return false, nil, 0, fmt.Errorf("re-reading checkpoint %q: %w", runID, err)
+		}
+		if last == nil {
+			return false, nil, 0, fmt.Errorf("re-reading checkpoint %q: %w", runID, ErrNotFound)
+		}
+		hist = append(hist, *last)
+	}
 	last := hist[len(hist)-1]
-	if last.Operation() != jetstream.KeyValuePut {
+	if last.op != "" {
 		return landed, nil, 0, fmt.Errorf("re-reading checkpoint %q: %w", runID, ErrNotFound)
 	}
-	latest, err = s.decode(runID, last.Value())
-	return landed, latest, last.Revision(), err
+	latest, err = s.decode(runID, last.value)
+	return landed, latest, last.rev, err
+}
+
+// revisionsLimit bounds how many of a key's revisions since a write a re-read goes through:
+// more than the bucket keeps of one key.
+const revisionsLimit = 256
+
+// revision is one stored revision of a key: op is "" for a put, else KV-Operation's DEL or
+// PURGE.
+type revision struct {
+	rev   uint64
+	op    string
+	value []byte
+}
+
+// revisions returns runID's revisions after revision after, oldest first, each read from the
+// stream's leader by STREAM.MSG.GET with next_by_subj: what a service's user may do
+// (deploy/nats/accounts.conf), where a History needs a consumer, and never from a replica
+// that may lag behind the write being looked for.
+func (s *Store) revisions(ctx context.Context, runID string, after uint64) ([]revision, error) {
+	var out []revision
+	for seq := after + 1; len(out) < revisionsLimit; {
+		r, err := s.leaderGet(ctx, msgGet{Seq: seq, NextBySubject: s.subject(runID)})
+		if err != nil || r == nil {
+			return out, err
+		}
+		out = append(out, *r)
+		seq = r.rev + 1
+	}
+	return out, nil
+}
+
+// subject is runID's subject in the bucket's stream.
+func (s *Store) subject(runID string) string { return "$KV." + s.bucket + "." + runID }
+
+// msgGet is a STREAM.MSG.GET request.
+type msgGet struct {
+	Seq           uint64 `json:"seq,omitempty"`
+	NextBySubject string `json:"next_by_subj,omitempty"`
+	LastBySubject string `json:"last_by_subj,omitempty"`
+}
+
+// errNoMessage is the JetStream API's error code for "no message found".
+const errNoMessage = 10037
+
+// leaderGet asks the stream's leader for one message; nil when there is none.
+func (s *Store) leaderGet(ctx context.Context, req msgGet) (*revision, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	m, err := s.nc.RequestWithContext(rctx, s.api+"STREAM.MSG.GET.KV_"+s.bucket, body)
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+		Message *struct {
+			Seq    uint64 `json:"seq"`
+			Header []byte `json:"hdrs"`
+			Data   []byte `json:"data"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return nil, fmt.Errorf("reading a stream message: %w", err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrCode == errNoMessage:
+		return nil, nil
+	case resp.Error != nil:
+		return nil, fmt.Errorf("reading a stream message: %s (%d)", resp.Error.Description, resp.Error.ErrCode)
+	case resp.Message == nil:
+		return nil, errors.New("reading a stream message: an answer without a message")
+	}
+	r := &revision{rev: resp.Message.Seq, value: resp.Message.Data}
+	if len(resp.Message.Header) > 0 {
+		h, err := nats.DecodeHeadersMsg(resp.Message.Header)
+		if err != nil {
+			return nil, fmt.Errorf("reading a stream message's headers: %w", err)
+		}
+		r.op = h.Get("KV-Operation")
+	}
+	return r, nil
+}
+
+// apiPrefix is the subject prefix of o's JetStream API.
+func apiPrefix(o jetstream.JetStreamOptions) string {
+	switch {
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	case o.APIPrefix != "":
+		return strings.TrimSuffix(o.APIPrefix, ".") + "."
+	}
+	return "$JS.API."
 }
 
 // retryable: a lost compare-and-set (counted) or an answer that never came; both mean re-read.
