@@ -83,18 +83,16 @@ func cmdDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- d.RunAll(ctx, service.Services()...) }()
-	fmt.Println("ready")
-	return <-errc
+	d.Ready = func() { fmt.Println("ready") }
+	return d.RunAll(ctx, service.Services()...)
 }
 
 // embedded starts a nats-server with JetStream on CAIRN_NATS_URL's address, storing under
 // $CAIRN_DATA_DIR/nats.
 func embedded(c service.Config) (*server.Server, error) {
-	u, err := url.Parse(c.NATSURL)
+	u, err := url.Parse(string(c.NATSURL))
 	if err != nil {
-		return nil, fmt.Errorf("CAIRN_NATS_URL %q: %w", c.NATSURL, err)
+		return nil, fmt.Errorf("CAIRN_NATS_URL %q is not a URL", c.NATSURL) // err would repeat its password
 	}
 	host, portText, err := net.SplitHostPort(u.Host)
 	if err != nil {

@@ -37,6 +37,23 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 	}
 }
 
+// CheckDSN reads a DSN as Open would, without opening anything: a DSN Open could never
+// open is an error (ErrUnsupportedDSN) that names it without its password.
+func CheckDSN(dsn string) error {
+	scheme, path, ok := strings.Cut(dsn, ":")
+	switch {
+	case !ok:
+		return fmt.Errorf("DSN without a scheme (want sqlite:PATH or postgres://...): %w", ErrUnsupportedDSN)
+	case scheme == "sqlite":
+		return checkSQLitePath(path)
+	case scheme == "postgres" || scheme == "postgresql":
+		_, _, err := parsePostgres(scheme, dsn)
+		return err
+	default:
+		return fmt.Errorf("DSN scheme %q (want sqlite:PATH or postgres://...): %w", scheme, ErrUnsupportedDSN)
+	}
+}
+
 // init checks the connection and creates the tables.
 func (db *DB) init(ctx context.Context) error {
 	if err := db.sql.PingContext(ctx); err != nil {
