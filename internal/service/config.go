@@ -5,6 +5,7 @@ package service
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/mail"
 	"net/url"
@@ -201,6 +202,16 @@ func (c Config) Validate() error {
 		return settingError{errors.Join(errs...)}
 	}
 	return nil
+}
+
+// RunnerParkLimit is CAIRN_PARK_LIMIT as the runner takes it. The runner's zero is its
+// default (0.1), so 0, no item may be parked, is passed as the smallest share above it:
+// one parked item is over it.
+func (c Config) RunnerParkLimit() float64 {
+	if c.ParkLimit == 0 {
+		return math.SmallestNonzeroFloat64
+	}
+	return c.ParkLimit
 }
 
 // Inbox is the prefix of the reply subjects of service name's connection: CAIRN_INBOX_PREFIX,

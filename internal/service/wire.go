@@ -221,7 +221,7 @@ func (d *Deps) RunStep(ctx context.Context, env *night.Env, step string) error {
 	r, err := runner.New(runner.Config{
 		JS: d.JS, Store: d.Store, Artifacts: d.Artifacts, Handovers: d.Handovers, Pipeline: night.Pipeline,
 		StepName: step, Step: impl, Heartbeat: d.Config.Heartbeat, Lease: d.Config.Lease, TakeoverGap: d.Config.TakeoverGap,
-		RetryAttempts: d.Config.RetryAttempts, LoopGuard: d.Config.LoopGuard, ParkLimit: d.Config.ParkLimit,
+		RetryAttempts: d.Config.RetryAttempts, LoopGuard: d.Config.LoopGuard, ParkLimit: d.Config.RunnerParkLimit(),
 		MaxDeliver: d.Config.MaxDeliver, Faults: d.Faults, Now: d.Now, Logger: d.Logger.With(slog.String("service", step)),
 		Finishing: d.settle, StopGrace: d.Config.StopGrace, Metrics: d.Metrics, Concurrency: d.Config.StepConcurrency,
 		Approval: slices.Contains(d.Config.ApprovalSteps, step), Notify: d.notify, CodeVersion: CodeVersion(),
