@@ -84,6 +84,18 @@ func (db *DB) createTables(ctx context.Context, stmts []string) error {
 			}
 		}
 		for _, stmt := range stmts {
+			if db.dialect == fence.Postgres {
+				// A service's own role may use its tables but not create any (CREATE
+				// TABLE IF NOT EXISTS needs CREATE on the schema even when the table
+				// exists): a table that exists is left alone.
+				var exists bool
+				if err := tx.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, createdTable(stmt)).Scan(&exists); err != nil {
+					return fmt.Errorf("looking up a table: %w", err)
+				}
+				if exists {
+					continue
+				}
+			}
 			if _, err := tx.ExecContext(ctx, stmt); err != nil {
 				return fmt.Errorf("creating tables: %w", err)
 			}
@@ -92,8 +104,18 @@ func (db *DB) createTables(ctx context.Context, stmts []string) error {
 	})
 }
 
-// Close closes the database.
+// createdTable is the table a CREATE TABLE IF NOT EXISTS statement creates.
+func createdTable(stmt string) string {
+	_, rest, _ := strings.Cut(stmt, "IF NOT EXISTS")
+	name, _, _ := strings.Cut(strings.TrimSpace(rest), "(")
+	return strings.TrimSpace(name)
+}
+
+// Close closes the database; a nil DB (a database not opened) is a no-op.
 func (db *DB) Close() error {
+	if db == nil {
+		return nil
+	}
 	return db.sql.Close()
 }
 

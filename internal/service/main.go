@@ -78,7 +78,7 @@ func flush(shutdown func(context.Context) error) {
 // returns its error: the process exits non-zero and its supervisor (systemd, Kubernetes,
 // compose) restarts it.
 func (d *Deps) RunAll(ctx context.Context, names ...string) error {
-	env, closeEnv, err := d.NightEnv(ctx)
+	env, closeEnv, err := d.NightEnv(ctx, names...)
 	if err != nil {
 		return err
 	}

@@ -142,14 +142,14 @@ func TestNotReadyBeforeTheDatabases(t *testing.T) {
 	t.Setenv("CAIRN_DATA_DIR", t.TempDir())
 	t.Setenv("CAIRN_NATS_URL", js.Conn().ConnectedUrl())
 	cases := map[string]struct {
-		variable, dsn string
-		setting       bool // ErrSetting: the process exits 2
+		service, variable, dsn string
+		setting                bool // ErrSetting: the process exits 2
 	}{
 		// Nothing listens on port 1; the password is URL-escaped in the DSN.
-		"unreachable ledger": {"CAIRN_LEDGER_DSN", "postgres://post_ledger:" + url.QueryEscape(pw) + "@127.0.0.1:1/ledger?connect_timeout=5", false},
-		"unreachable ERP":    {"CAIRN_ERP_DSN", "postgres://update_stock:" + url.PathEscape(pw) + "@127.0.0.1:1/erp?connect_timeout=5", false},
+		"unreachable ledger": {"post-ledger", "CAIRN_LEDGER_DSN", "postgres://post_ledger:" + url.QueryEscape(pw) + "@127.0.0.1:1/ledger?connect_timeout=5", false},
+		"unreachable ERP":    {"update-stock", "CAIRN_ERP_DSN", "postgres://update_stock:" + url.PathEscape(pw) + "@127.0.0.1:1/erp?connect_timeout=5", false},
 		// PostgreSQL refuses the password: another try cannot help, a setting is wrong.
-		"wrong password": {"CAIRN_LEDGER_DSN", "", true},
+		"wrong password": {"compensator", "CAIRN_LEDGER_DSN", "", true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -172,7 +172,7 @@ func TestNotReadyBeforeTheDatabases(t *testing.T) {
 			var logged bytes.Buffer
 			log := slog.New(slog.NewJSONHandler(&logged, nil))
 			ready := false
-			err = Run(ctx, c, log, func() { ready = true }, "post-ledger")
+			err = Run(ctx, c, log, func() { ready = true }, tc.service)
 			if err == nil || !strings.Contains(err.Error(), tc.variable) {
 				t.Fatalf("Run: %v, want an error naming %s", err, tc.variable)
 			}

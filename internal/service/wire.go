@@ -159,26 +159,40 @@ func (d *Deps) ready(ctx context.Context) error {
 	return nil
 }
 
-// NightEnv opens the databases the night's steps write.
-func (d *Deps) NightEnv(ctx context.Context) (*night.Env, func(), error) {
+// Which services use which database: a service opens only those (its database role
+// needs no other), and the others stay nil in its night.Env.
+var (
+	ledgerUsers = []string{night.PostLedger, "compensator"}
+	erpUsers    = []string{night.Match, night.Compare, night.UpdateStock, "compensator"}
+)
+
+// NightEnv opens the databases the named services use (all of them without names).
+func (d *Deps) NightEnv(ctx context.Context, names ...string) (*night.Env, func(), error) {
+	uses := func(users []string) bool {
+		return len(names) == 0 || slices.ContainsFunc(names, func(n string) bool { return slices.Contains(users, n) })
+	}
 	if err := os.MkdirAll(d.Config.DataDir, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("CAIRN_DATA_DIR %s: %w", d.Config.DataDir, err)
 	}
-	ledger, err := openBooks(ctx, "CAIRN_LEDGER_DSN", d.Config.LedgerDSN)
-	if err != nil {
-		return nil, nil, err
+	var ledger, erp *books.DB
+	var err error
+	if uses(ledgerUsers) {
+		if ledger, err = openBooks(ctx, "CAIRN_LEDGER_DSN", d.Config.LedgerDSN); err != nil {
+			return nil, nil, err
+		}
 	}
-	erp, err := openBooks(ctx, "CAIRN_ERP_DSN", d.Config.ERPDSN)
-	if err != nil {
-		ledger.Close()
-		return nil, nil, err
-	}
-	// The ERP's own tables (purchase orders, receipts) exist even before the first gen,
-	// on SQLite as on PostgreSQL.
-	if err := recon.CreateERPTables(ctx, erp); err != nil {
-		ledger.Close()
-		erp.Close()
-		return nil, nil, fmt.Errorf("CAIRN_ERP_DSN: %w", err)
+	if uses(erpUsers) {
+		if erp, err = openBooks(ctx, "CAIRN_ERP_DSN", d.Config.ERPDSN); err != nil {
+			ledger.Close()
+			return nil, nil, err
+		}
+		// The ERP's own tables (purchase orders, receipts) exist even before the first
+		// gen, on SQLite as on PostgreSQL.
+		if err := recon.CreateERPTables(ctx, erp); err != nil {
+			ledger.Close()
+			erp.Close()
+			return nil, nil, fmt.Errorf("CAIRN_ERP_DSN: %w", scrubbed(err, d.Config.ERPDSN.password()))
+		}
 	}
 	var extractor recon.Extractor = recon.RuleExtractor{}
 	if c := d.Config; c.ModelURL != "" {
