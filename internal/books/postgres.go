@@ -47,11 +47,12 @@ func parsePostgres(scheme, dsn string) (*pgx.ConnConfig, *url.URL, error) {
 }
 
 // refused says whether PostgreSQL turned the DSN itself down: its credentials (class 28:
-// a wrong password, no such role, pg_hba), or a database that does not exist (3D000).
-// Another try with the same DSN fares no better.
+// a wrong password, no such role, pg_hba), a database that does not exist (3D000), or a
+// role without the privileges to open it (42501: no CONNECT, or tables missing that it
+// may not create). Another try with the same DSN fares no better.
 func refused(err error) bool {
 	var pg *pgconn.PgError
-	return errors.As(err, &pg) && (strings.HasPrefix(pg.Code, "28") || pg.Code == "3D000")
+	return errors.As(err, &pg) && (strings.HasPrefix(pg.Code, "28") || pg.Code == "3D000" || pg.Code == "42501")
 }
 
 // redact hides the DSN's password in err's text, which pgx's own errors redact
