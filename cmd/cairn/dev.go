@@ -16,6 +16,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/books"
+	"github.com/cairnhq/cairn/internal/recon"
 	"github.com/cairnhq/cairn/internal/service"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/tracing"
@@ -23,6 +25,7 @@ import (
 
 func cmdInit(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("init", flag.ContinueOnError)
+	tables := fs.Bool("tables", false, "also create the ledger's and the ERP's tables, as the user of CAIRN_LEDGER_DSN and CAIRN_ERP_DSN (their owner), for services that connect as roles of their own (deploy/postgres/roles)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -31,6 +34,11 @@ func cmdInit(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
+	if *tables {
+		if err := createTables(ctx, c); err != nil {
+			return err
+		}
+	}
 	changed, err := assets.EnsureReport(ctx, js, c.Assets())
 	if err != nil {
 		return err
@@ -83,18 +91,16 @@ func cmdDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- d.RunAll(ctx, service.Services()...) }()
-	fmt.Println("ready")
-	return <-errc
+	d.Ready = func() { fmt.Println("ready") }
+	return d.RunAll(ctx, service.Services()...)
 }
 
 // embedded starts a nats-server with JetStream on CAIRN_NATS_URL's address, storing under
 // $CAIRN_DATA_DIR/nats.
 func embedded(c service.Config) (*server.Server, error) {
-	u, err := url.Parse(c.NATSURL)
+	u, err := url.Parse(string(c.NATSURL))
 	if err != nil {
-		return nil, fmt.Errorf("CAIRN_NATS_URL %q: %w", c.NATSURL, err)
+		return nil, fmt.Errorf("CAIRN_NATS_URL %q is not a URL", c.NATSURL) // err would repeat its password
 	}
 	host, portText, err := net.SplitHostPort(u.Host)
 	if err != nil {
@@ -117,6 +123,25 @@ func embedded(c service.Config) (*server.Server, error) {
 		return nil, fmt.Errorf("embedded nats-server on %s did not start", u.Host)
 	}
 	return s, nil
+}
+
+// createTables creates every table of the ledger and of the ERP where missing.
+func createTables(ctx context.Context, c service.Config) error {
+	ledger, err := books.Open(ctx, string(c.LedgerDSN))
+	if err != nil {
+		return fmt.Errorf("CAIRN_LEDGER_DSN: %w", err)
+	}
+	defer ledger.Close()
+	erp, err := books.Open(ctx, string(c.ERPDSN))
+	if err != nil {
+		return fmt.Errorf("CAIRN_ERP_DSN: %w", err)
+	}
+	defer erp.Close()
+	if err := recon.CreateERPTables(ctx, erp); err != nil {
+		return fmt.Errorf("CAIRN_ERP_DSN: %w", err)
+	}
+	fmt.Println("the ledger's and the ERP's tables exist")
+	return nil
 }
 
 // connect reads the settings and connects to CAIRN_NATS_URL as name.

@@ -38,12 +38,12 @@ func cmdDiff(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ledger, err := books.Open(ctx, c.LedgerDSN)
+	ledger, err := books.Open(ctx, string(c.LedgerDSN))
 	if err != nil {
 		return fmt.Errorf("CAIRN_LEDGER_DSN: %w", err)
 	}
 	defer ledger.Close()
-	erp, err := books.Open(ctx, c.ERPDSN)
+	erp, err := books.Open(ctx, string(c.ERPDSN))
 	if err != nil {
 		return fmt.Errorf("CAIRN_ERP_DSN: %w", err)
 	}

@@ -46,7 +46,7 @@ func cmdFences(ctx context.Context, args []string) error {
 	}
 	// The record's revision: every later lease of the run is taken on a higher one.
 	t := fence.Token{RunID: run, Epoch: store.Epoch(), Value: rev}
-	for _, db := range []struct{ name, dsn string }{{"ledger", c.LedgerDSN}, {"stock store", c.ERPDSN}} {
+	for _, db := range []struct{ name, dsn string }{{"ledger", string(c.LedgerDSN)}, {"stock store", string(c.ERPDSN)}} {
 		d, err := books.Open(ctx, db.dsn)
 		if err != nil {
 			return fmt.Errorf("%s: %w", db.name, err)

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/cairnhq/cairn/internal/service"
 )
 
 const usage = `usage: cairn <command> [flags]
@@ -41,7 +43,7 @@ commands:
 Settings come from CAIRN_* environment variables (see README.md).
 Run 'cairn <command> -h' for a command's flags.`
 
-// errUsage: the command line was wrong; exit 2.
+// errUsage: the command line was wrong; exit 2, as for a wrong setting (service.ErrSetting).
 var errUsage = errors.New("usage")
 
 func main() {
@@ -72,7 +74,7 @@ func main() {
 	switch {
 	case err == nil:
 	case errors.Is(err, flag.ErrHelp):
-	case errors.Is(err, errUsage):
+	case errors.Is(err, errUsage), errors.Is(err, service.ErrSetting):
 		fmt.Fprintf(os.Stderr, "cairn %s: %v\n", name, err)
 		os.Exit(2)
 	case errors.As(err, &code):

@@ -41,7 +41,7 @@ func cmdGen(ctx context.Context, args []string) error {
 	}
 	// The ERP rows go where CAIRN_ERP_DSN points, SQLite or PostgreSQL; --out puts every
 	// file, a SQLite ERP among them, in one folder.
-	inbox, erp, truth := c.InboxDir, c.ERPDSN, filepath.Join(c.DataDir, "truth")
+	inbox, erp, truth := c.InboxDir, string(c.ERPDSN), filepath.Join(c.DataDir, "truth")
 	if *out != "" {
 		inbox, erp, truth = filepath.Join(*out, "inbox"), filepath.Join(*out, "erp.db"), filepath.Join(*out, "truth")
 	}

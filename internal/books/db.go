@@ -37,6 +37,23 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 	}
 }
 
+// CheckDSN reads a DSN as Open would, without opening anything: a DSN Open could never
+// open is an error (ErrUnsupportedDSN) that names it without its password.
+func CheckDSN(dsn string) error {
+	scheme, path, ok := strings.Cut(dsn, ":")
+	switch {
+	case !ok:
+		return fmt.Errorf("DSN without a scheme (want sqlite:PATH or postgres://...): %w", ErrUnsupportedDSN)
+	case scheme == "sqlite":
+		return checkSQLitePath(path)
+	case scheme == "postgres" || scheme == "postgresql":
+		_, _, err := parsePostgres(scheme, dsn)
+		return err
+	default:
+		return fmt.Errorf("DSN scheme %q (want sqlite:PATH or postgres://...): %w", scheme, ErrUnsupportedDSN)
+	}
+}
+
 // init checks the connection and creates the tables.
 func (db *DB) init(ctx context.Context) error {
 	if err := db.sql.PingContext(ctx); err != nil {
@@ -67,6 +84,18 @@ func (db *DB) createTables(ctx context.Context, stmts []string) error {
 			}
 		}
 		for _, stmt := range stmts {
+			if db.dialect == fence.Postgres {
+				// A service's own role may use its tables but not create any (CREATE
+				// TABLE IF NOT EXISTS needs CREATE on the schema even when the table
+				// exists): a table that exists is left alone.
+				var exists bool
+				if err := tx.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, createdTable(stmt)).Scan(&exists); err != nil {
+					return fmt.Errorf("looking up a table: %w", err)
+				}
+				if exists {
+					continue
+				}
+			}
 			if _, err := tx.ExecContext(ctx, stmt); err != nil {
 				return fmt.Errorf("creating tables: %w", err)
 			}
@@ -75,8 +104,18 @@ func (db *DB) createTables(ctx context.Context, stmts []string) error {
 	})
 }
 
-// Close closes the database.
+// createdTable is the table a CREATE TABLE IF NOT EXISTS statement creates.
+func createdTable(stmt string) string {
+	_, rest, _ := strings.Cut(stmt, "IF NOT EXISTS")
+	name, _, _ := strings.Cut(strings.TrimSpace(rest), "(")
+	return strings.TrimSpace(name)
+}
+
+// Close closes the database; a nil DB (a database not opened) is a no-op.
 func (db *DB) Close() error {
+	if db == nil {
+		return nil
+	}
 	return db.sql.Close()
 }
 

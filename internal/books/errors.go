@@ -21,4 +21,8 @@ var (
 	ErrInvalid = errors.New("invalid row")
 	// ErrUnsupportedDSN means the DSN names a database Open cannot open.
 	ErrUnsupportedDSN = errors.New("unsupported DSN")
+	// ErrRefused means PostgreSQL refused the DSN itself: its user or password, its
+	// database (which does not exist), or the role's privileges. Trying again with the
+	// same DSN cannot help.
+	ErrRefused = errors.New("the database refused the DSN")
 )

@@ -5,6 +5,8 @@ package service
 import (
 	"errors"
 	"fmt"
+	"math"
+	"net"
 	"net/mail"
 	"net/url"
 	"path/filepath"
@@ -14,18 +16,19 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
+	"github.com/cairnhq/cairn/internal/books"
 	"github.com/cairnhq/cairn/internal/night"
 )
 
 // Config is read from the environment (prefix CAIRN_), only in mains.
 type Config struct {
-	NATSURL         string        `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222"`
+	NATSURL         Credentials   `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222"`
 	NATSCreds       string        `envconfig:"NATS_CREDS"`
 	InboxPrefix     string        `envconfig:"INBOX_PREFIX" default:"_INBOX.cairn"`
 	DataDir         string        `envconfig:"DATA_DIR" default:"./.cairn"`
 	InboxDir        string        `envconfig:"INBOX_DIR"`
-	LedgerDSN       string        `envconfig:"LEDGER_DSN"`
-	ERPDSN          string        `envconfig:"ERP_DSN"`
+	LedgerDSN       Credentials   `envconfig:"LEDGER_DSN"`
+	ERPDSN          Credentials   `envconfig:"ERP_DSN"`
 	SMTPAddr        string        `envconfig:"SMTP_ADDR"`
 	MailDir         string        `envconfig:"MAIL_DIR"`
 	Heartbeat       time.Duration `envconfig:"HEARTBEAT" default:"5s"`
@@ -48,12 +51,12 @@ type Config struct {
 	MetricsAddr     string        `envconfig:"METRICS_ADDR"`
 	ModelURL        string        `envconfig:"MODEL_URL"`
 	ModelName       string        `envconfig:"MODEL_NAME"`
-	ModelKey        string        `envconfig:"MODEL_KEY"`
+	ModelKey        Secret        `envconfig:"MODEL_KEY"`
 	ModelRPS        float64       `envconfig:"MODEL_RPS" default:"5"`
 	ModelTimeout    time.Duration `envconfig:"MODEL_TIMEOUT" default:"60s"`
 	NotifyEmail     string        `envconfig:"NOTIFY_EMAIL"`
 	NotifyWebhook   string        `envconfig:"NOTIFY_WEBHOOK"`
-	NotifySecret    string        `envconfig:"NOTIFY_SECRET"`
+	NotifySecret    Secret        `envconfig:"NOTIFY_SECRET"`
 	Faults          string        `envconfig:"FAULTS"`
 }
 
@@ -61,7 +64,7 @@ type Config struct {
 func Load() (Config, error) {
 	var c Config
 	if err := envconfig.Process("cairn", &c); err != nil {
-		return c, fmt.Errorf("configuration: %w", err)
+		return c, settingError{fmt.Errorf("configuration: %w", err)}
 	}
 	c.fill()
 	return c, c.Validate()
@@ -72,28 +75,64 @@ func (c *Config) fill() {
 		c.InboxDir = filepath.Join(c.DataDir, "inbox")
 	}
 	if c.LedgerDSN == "" {
-		c.LedgerDSN = "sqlite:" + filepath.Join(c.DataDir, "ledger.db")
+		c.LedgerDSN = Credentials("sqlite:" + filepath.Join(c.DataDir, "ledger.db"))
 	}
 	if c.ERPDSN == "" {
-		c.ERPDSN = "sqlite:" + filepath.Join(c.DataDir, "erp.db")
+		c.ERPDSN = Credentials("sqlite:" + filepath.Join(c.DataDir, "erp.db"))
 	}
 	if c.MailDir == "" {
 		c.MailDir = filepath.Join(c.DataDir, "mail")
 	}
 }
 
-// Validate returns one sentence per broken rule, naming the variable.
+// The ranges of the settings: no duration longer than a year (sums and multiples of them
+// stay far from overflowing), no more model calls a second than one limit's bucket books.
+const (
+	maxSetting  = 365 * 24 * time.Hour
+	maxModelRPS = 1000
+)
+
+// Validate returns one sentence per broken rule, naming the variable; every error is
+// ErrSetting.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if !strings.HasPrefix(c.NATSURL, "nats://") && !strings.HasPrefix(c.NATSURL, "tls://") {
-		bad("CAIRN_NATS_URL %q must start with nats:// or tls://", c.NATSURL)
+	for u := range strings.SplitSeq(string(c.NATSURL), ",") {
+		u = strings.TrimSpace(u)
+		if _, err := url.Parse(u); err != nil || (!strings.HasPrefix(u, "nats://") && !strings.HasPrefix(u, "tls://")) {
+			// Not err: url.Parse's error repeats the URL, password and all.
+			bad("CAIRN_NATS_URL %q must be nats:// or tls:// URLs, comma-separated", c.NATSURL)
+			break
+		}
 	}
 	if !validSubject(c.InboxPrefix) {
 		bad("CAIRN_INBOX_PREFIX %q must be a subject without wildcards, like _INBOX.cairn", c.InboxPrefix)
 	}
-	if c.Heartbeat <= 0 {
-		bad("CAIRN_HEARTBEAT must be positive, not %s", c.Heartbeat)
+	for _, db := range []struct {
+		name string
+		dsn  Credentials
+	}{{"CAIRN_LEDGER_DSN", c.LedgerDSN}, {"CAIRN_ERP_DSN", c.ERPDSN}} {
+		if err := books.CheckDSN(string(db.dsn)); err != nil {
+			bad("%s: %w", db.name, err)
+		}
+	}
+	if c.SMTPAddr != "" {
+		if host, port, err := net.SplitHostPort(c.SMTPAddr); err != nil || host == "" || port == "" {
+			bad("CAIRN_SMTP_ADDR %q must be HOST:PORT", c.SMTPAddr)
+		}
+	}
+	// Every duration lies within (0, maxSetting], so that no sum or multiple of them
+	// overflows; the rules between them follow.
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"CAIRN_HEARTBEAT", c.Heartbeat}, {"CAIRN_LEASE", c.Lease}, {"CAIRN_ACK_WAIT", c.AckWait},
+		{"CAIRN_STALL_TIMEOUT", c.StallTimeout}, {"CAIRN_OUTBOX_STALL", c.OutboxStall}, {"CAIRN_OUTBOX_BACKOFF", c.OutboxBackoff},
+		{"CAIRN_STOP_GRACE", c.StopGrace}, {"CAIRN_TAKEOVER_GAP", c.TakeoverGap}, {"CAIRN_APPROVAL_TIMEOUT", c.ApprovalTimeout},
+		{"CAIRN_MODEL_TIMEOUT", c.ModelTimeout}} {
+		if d.v <= 0 || d.v > maxSetting {
+			bad("%s must be positive and at most %s, not %s", d.name, maxSetting, d.v)
+		}
 	}
 	if c.Lease < 3*c.Heartbeat {
 		bad("CAIRN_LEASE (%s) must be at least 3 × CAIRN_HEARTBEAT (%s)", c.Lease, c.Heartbeat)
@@ -101,17 +140,22 @@ func (c Config) Validate() error {
 	if c.AckWait < c.Lease {
 		bad("CAIRN_ACK_WAIT (%s) must be at least CAIRN_LEASE (%s)", c.AckWait, c.Lease)
 	}
-	if c.MaxDeliver < 2 {
-		bad("CAIRN_MAX_DELIVER must be at least 2, not %d", c.MaxDeliver)
+	for _, n := range []struct {
+		name        string
+		v, min, max int
+	}{{"CAIRN_MAX_DELIVER", c.MaxDeliver, 2, 10000}, {"CAIRN_RETRY_ATTEMPTS", c.RetryAttempts, 1, 100},
+		{"CAIRN_LOOP_GUARD", c.LoopGuard, 1, 1000}, {"CAIRN_REASSIGN_LIMIT", c.ReassignLimit, 1, 1000},
+		{"CAIRN_STEP_CONCURRENCY", c.StepConcurrency, 1, 1000}} {
+		if n.v < n.min || n.v > n.max {
+			bad("%s must be between %d and %d, not %d", n.name, n.min, n.max, n.v)
+		}
 	}
-	if c.RetryAttempts < 1 {
-		bad("CAIRN_RETRY_ATTEMPTS must be at least 1, not %d", c.RetryAttempts)
+	// NaN fails every comparison: each float is checked for lying within its range.
+	if !(c.ParkLimit >= 0 && c.ParkLimit <= 1) {
+		bad("CAIRN_PARK_LIMIT must be between 0 (no item may be parked) and 1, not %v", c.ParkLimit)
 	}
-	if c.LoopGuard < 1 {
-		bad("CAIRN_LOOP_GUARD must be at least 1, not %d", c.LoopGuard)
-	}
-	if c.ParkLimit < 0 || c.ParkLimit > 1 {
-		bad("CAIRN_PARK_LIMIT must be between 0 and 1, not %v", c.ParkLimit)
+	if !(c.ModelRPS > 0 && c.ModelRPS <= maxModelRPS) {
+		bad("CAIRN_MODEL_RPS must be above 0 and at most %d calls per second, not %v", maxModelRPS, c.ModelRPS)
 	}
 	if c.Replicas != 1 && c.Replicas != 3 && c.Replicas != 5 {
 		bad("CAIRN_REPLICAS must be 1, 3 or 5, not %d", c.Replicas)
@@ -119,31 +163,16 @@ func (c Config) Validate() error {
 	if c.StallTimeout <= c.Lease {
 		bad("CAIRN_STALL_TIMEOUT (%s) must be longer than CAIRN_LEASE (%s)", c.StallTimeout, c.Lease)
 	}
-	if c.OutboxStall <= 0 {
-		bad("CAIRN_OUTBOX_STALL must be positive, not %s", c.OutboxStall)
-	}
 	if c.OutboxBackoff < 100*time.Millisecond || c.OutboxBackoff > c.AckWait {
 		bad("CAIRN_OUTBOX_BACKOFF (%s) must be between 100ms and CAIRN_ACK_WAIT (%s)", c.OutboxBackoff, c.AckWait)
 	}
-	if c.ReassignLimit < 1 {
-		bad("CAIRN_REASSIGN_LIMIT must be at least 1, not %d", c.ReassignLimit)
+	if c.TakeoverGap >= c.Lease {
+		bad("CAIRN_TAKEOVER_GAP (%s) must be shorter than CAIRN_LEASE (%s)", c.TakeoverGap, c.Lease)
 	}
 	for _, s := range c.ApprovalSteps {
 		if !slices.Contains(night.Pipeline.Names(), s) {
 			bad("CAIRN_APPROVAL_STEPS names %q, which is not a step of the pipeline %v", s, night.Pipeline.Names())
 		}
-	}
-	if c.ApprovalTimeout <= 0 {
-		bad("CAIRN_APPROVAL_TIMEOUT must be positive, not %s", c.ApprovalTimeout)
-	}
-	if c.StepConcurrency < 1 || c.StepConcurrency > 1000 {
-		bad("CAIRN_STEP_CONCURRENCY must be between 1 and 1000 (the step consumers' max ack pending), not %d", c.StepConcurrency)
-	}
-	if c.StopGrace <= 0 {
-		bad("CAIRN_STOP_GRACE must be positive, not %s", c.StopGrace)
-	}
-	if c.TakeoverGap <= 0 {
-		bad("CAIRN_TAKEOVER_GAP must be positive, not %s", c.TakeoverGap)
 	}
 	if c.NotifyEmail != "" {
 		if _, err := mail.ParseAddress(c.NotifyEmail); err != nil {
@@ -153,6 +182,9 @@ func (c Config) Validate() error {
 	if c.NotifyWebhook != "" {
 		if u, err := url.Parse(c.NotifyWebhook); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			bad("CAIRN_NOTIFY_WEBHOOK %q must be an http(s) URL", c.NotifyWebhook)
+		}
+		if u, err := url.Parse(c.NotifyWebhook); err == nil && u.User != nil {
+			bad("CAIRN_NOTIFY_WEBHOOK must carry no user or password: the URL is written into every notice's outbox message (CAIRN_NOTIFY_SECRET signs the calls)")
 		}
 		if c.NotifySecret == "" {
 			bad("CAIRN_NOTIFY_SECRET must be set with CAIRN_NOTIFY_WEBHOOK: every call is signed with it")
@@ -165,14 +197,21 @@ func (c Config) Validate() error {
 		if c.ModelName == "" {
 			bad("CAIRN_MODEL_NAME must name the model when CAIRN_MODEL_URL is set")
 		}
-		if c.ModelRPS <= 0 {
-			bad("CAIRN_MODEL_RPS must be positive, not %v", c.ModelRPS)
-		}
-		if c.ModelTimeout <= 0 {
-			bad("CAIRN_MODEL_TIMEOUT must be positive, not %s", c.ModelTimeout)
-		}
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return settingError{errors.Join(errs...)}
+	}
+	return nil
+}
+
+// RunnerParkLimit is CAIRN_PARK_LIMIT as the runner takes it. The runner's zero is its
+// default (0.1), so 0, no item may be parked, is passed as the smallest share above it:
+// one parked item is over it.
+func (c Config) RunnerParkLimit() float64 {
+	if c.ParkLimit == 0 {
+		return math.SmallestNonzeroFloat64
+	}
+	return c.ParkLimit
 }
 
 // Inbox is the prefix of the reply subjects of service name's connection: CAIRN_INBOX_PREFIX,

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -35,12 +36,16 @@ func Main(names ...string) {
 	ready := func() { fmt.Println("ready") }
 	if err := Run(ctx, c, log, ready, names...); err != nil {
 		log.Error("service stopped", slog.Any("error", err))
+		if errors.Is(err, ErrSetting) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }
 
-// Run connects and runs the named services until ctx ends. It calls ready once connected
-// with the assets checked (a service's process prints "ready" on its standard output).
+// Run connects and runs the named services until ctx ends. It calls ready once every
+// dependency is open: connected, the assets checked, the databases opened and pinged (a
+// service's process prints "ready" on its standard output).
 func Run(ctx context.Context, c Config, log *slog.Logger, ready func(), names ...string) error {
 	shutdown, err := tracing.Setup(ctx, names[0])
 	if err != nil {
@@ -56,9 +61,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(), names ..
 	if err != nil {
 		return err
 	}
-	if ready != nil {
-		ready()
-	}
+	d.Ready = ready
 	return d.RunAll(ctx, names...)
 }
 
@@ -75,7 +78,7 @@ func flush(shutdown func(context.Context) error) {
 // returns its error: the process exits non-zero and its supervisor (systemd, Kubernetes,
 // compose) restarts it.
 func (d *Deps) RunAll(ctx context.Context, names ...string) error {
-	env, closeEnv, err := d.NightEnv(ctx)
+	env, closeEnv, err := d.NightEnv(ctx, names...)
 	if err != nil {
 		return err
 	}
@@ -95,6 +98,9 @@ func (d *Deps) RunAll(ctx context.Context, names ...string) error {
 			}
 			runs[name] = func(ctx context.Context) error { return d.RunStep(ctx, env, name) }
 		}
+	}
+	if d.Ready != nil {
+		d.Ready()
 	}
 	d.running.Store(true)
 	defer d.running.Store(false)

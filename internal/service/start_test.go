@@ -39,7 +39,7 @@ func TestServiceRefusesToStart(t *testing.T) {
 			t.Fatal("nats-server not ready")
 		}
 		c := c
-		c.NATSURL = s.ClientURL()
+		c.NATSURL = Credentials(s.ClientURL())
 		err = Run(ctx, c, quiet, nil, "match")
 		if err == nil || !strings.Contains(err.Error(), "JetStream") {
 			t.Fatalf("Run: %v, want an error about JetStream", err)

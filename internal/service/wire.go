@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -53,27 +52,16 @@ func Connect(c Config, name string) (*nats.Conn, jetstream.JetStream, error) {
 	if c.NATSCreds != "" {
 		opts = append(opts, nats.UserCredentials(c.NATSCreds))
 	}
-	nc, err := nats.Connect(c.NATSURL, opts...)
+	nc, err := nats.Connect(string(c.NATSURL), opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connecting to CAIRN_NATS_URL %s: %w", redacted(c.NATSURL), err)
+		return nil, nil, fmt.Errorf("connecting to CAIRN_NATS_URL %s: %w", c.NATSURL, scrubbed(err, c.NATSURL.password()))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("JetStream on %s: %w", c.NATSURL, err)
+		return nil, nil, fmt.Errorf("JetStream on %s: %w", c.NATSURL, scrubbed(err, c.NATSURL.password()))
 	}
 	return nc, js, nil
-}
-
-// redacted hides the passwords of a (comma-separated) server list.
-func redacted(urls string) string {
-	parts := strings.Split(urls, ",")
-	for i, p := range parts {
-		if u, err := url.Parse(strings.TrimSpace(p)); err == nil {
-			parts[i] = u.Redacted()
-		}
-	}
-	return strings.Join(parts, ",")
 }
 
 // Deps are the handles every service shares.
@@ -93,6 +81,9 @@ type Deps struct {
 	// MetricsAddr is where /metrics, /healthz and /readyz are served; nil without
 	// CAIRN_METRICS_ADDR.
 	MetricsAddr net.Addr
+	// Ready, when set, is called by RunAll once the databases are open and pinged, before
+	// the services start: the process is ready then ("ready" on standard output).
+	Ready func()
 
 	running atomic.Bool // RunAll has opened the databases and started the services
 
@@ -173,26 +164,40 @@ func (d *Deps) ready(ctx context.Context) error {
 	return nil
 }
 
-// NightEnv opens the databases the night's steps write.
-func (d *Deps) NightEnv(ctx context.Context) (*night.Env, func(), error) {
+// Which services use which database: a service opens only those (its database role
+// needs no other), and the others stay nil in its night.Env.
+var (
+	ledgerUsers = []string{night.PostLedger, "compensator"}
+	erpUsers    = []string{night.Match, night.Compare, night.UpdateStock, "compensator"}
+)
+
+// NightEnv opens the databases the named services use (all of them without names).
+func (d *Deps) NightEnv(ctx context.Context, names ...string) (*night.Env, func(), error) {
+	uses := func(users []string) bool {
+		return len(names) == 0 || slices.ContainsFunc(names, func(n string) bool { return slices.Contains(users, n) })
+	}
 	if err := os.MkdirAll(d.Config.DataDir, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("CAIRN_DATA_DIR %s: %w", d.Config.DataDir, err)
 	}
-	ledger, err := books.Open(ctx, d.Config.LedgerDSN)
-	if err != nil {
-		return nil, nil, fmt.Errorf("CAIRN_LEDGER_DSN: %w", err)
+	var ledger, erp *books.DB
+	var err error
+	if uses(ledgerUsers) {
+		if ledger, err = openBooks(ctx, "CAIRN_LEDGER_DSN", d.Config.LedgerDSN); err != nil {
+			return nil, nil, err
+		}
 	}
-	erp, err := books.Open(ctx, d.Config.ERPDSN)
-	if err != nil {
-		ledger.Close()
-		return nil, nil, fmt.Errorf("CAIRN_ERP_DSN: %w", err)
-	}
-	// The ERP's own tables (purchase orders, receipts) exist even before the first gen,
-	// on SQLite as on PostgreSQL.
-	if err := recon.CreateERPTables(ctx, erp); err != nil {
-		ledger.Close()
-		erp.Close()
-		return nil, nil, fmt.Errorf("CAIRN_ERP_DSN: %w", err)
+	if uses(erpUsers) {
+		if erp, err = openBooks(ctx, "CAIRN_ERP_DSN", d.Config.ERPDSN); err != nil {
+			ledger.Close()
+			return nil, nil, err
+		}
+		// The ERP's own tables (purchase orders, receipts) exist even before the first
+		// gen, on SQLite as on PostgreSQL.
+		if err := recon.CreateERPTables(ctx, erp); err != nil {
+			ledger.Close()
+			erp.Close()
+			return nil, nil, fmt.Errorf("CAIRN_ERP_DSN: %w", scrubbed(err, d.Config.ERPDSN.password()))
+		}
 	}
 	var extractor recon.Extractor = recon.RuleExtractor{}
 	if c := d.Config; c.ModelURL != "" {
@@ -203,13 +208,27 @@ func (d *Deps) NightEnv(ctx context.Context) (*night.Env, func(), error) {
 			return nil, nil, fmt.Errorf("CAIRN_MODEL_RPS: %w", err)
 		}
 		limitMetrics(d.Metrics, lim)
-		extractor = recon.NewModelExtractor(c.ModelURL, c.ModelName, c.ModelKey, lim, c.ModelTimeout)
+		extractor = recon.NewModelExtractor(c.ModelURL, c.ModelName, string(c.ModelKey), lim, c.ModelTimeout)
 	}
 	env := &night.Env{
 		InboxDir: d.Config.InboxDir, Ledger: ledger, ERP: erp, Memo: d.Memo, Marks: d.Marks, Extractor: extractor,
 		MailFrom: mailFrom, FinanceTo: financeTo,
 	}
 	return env, func() { ledger.Close(); erp.Close() }, nil
+}
+
+// openBooks opens the database dsn names, its errors naming the variable and never its
+// password; a DSN the database refuses (its user, password or database) is ErrSetting.
+func openBooks(ctx context.Context, variable string, dsn Credentials) (*books.DB, error) {
+	db, err := books.Open(ctx, string(dsn))
+	if err == nil {
+		return db, nil
+	}
+	err = fmt.Errorf("%s: %w", variable, scrubbed(err, dsn.password()))
+	if errors.Is(err, books.ErrRefused) || errors.Is(err, books.ErrUnsupportedDSN) {
+		return nil, settingError{err}
+	}
+	return nil, err
 }
 
 // RunStep runs one step service until ctx ends.
@@ -221,7 +240,7 @@ func (d *Deps) RunStep(ctx context.Context, env *night.Env, step string) error {
 	r, err := runner.New(runner.Config{
 		JS: d.JS, Store: d.Store, Artifacts: d.Artifacts, Handovers: d.Handovers, Pipeline: night.Pipeline,
 		StepName: step, Step: impl, Heartbeat: d.Config.Heartbeat, Lease: d.Config.Lease, TakeoverGap: d.Config.TakeoverGap,
-		RetryAttempts: d.Config.RetryAttempts, LoopGuard: d.Config.LoopGuard, ParkLimit: d.Config.ParkLimit,
+		RetryAttempts: d.Config.RetryAttempts, LoopGuard: d.Config.LoopGuard, ParkLimit: d.Config.RunnerParkLimit(),
 		MaxDeliver: d.Config.MaxDeliver, Faults: d.Faults, Now: d.Now, Logger: d.Logger.With(slog.String("service", step)),
 		Finishing: d.settle, StopGrace: d.Config.StopGrace, Metrics: d.Metrics, Concurrency: d.Config.StepConcurrency,
 		Approval: slices.Contains(d.Config.ApprovalSteps, step), Notify: d.notify, CodeVersion: CodeVersion(),
