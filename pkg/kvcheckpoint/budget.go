@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/cairnhq/cairn/pkg/events"
 )
 
 // The record's budget. A record is at most MaxSize bytes whatever the size of the run: what a
@@ -54,7 +56,7 @@ const (
 	writeIDLen    = 2 + 22
 	requestLen    = len("sha256:") + 32    // a long request id as RequestKey keeps it
 	handoverTail  = len(":handover:") + 24 // <run>:handover:<step>:<token or reason>
-	planByLen     = 40
+	planByLen     = events.MaxName // approve's by, as the supervisor bounds it
 	scopeLen      = 96
 	bigCount      = 9_999_999
 	bigToken      = 999_999_999_999
