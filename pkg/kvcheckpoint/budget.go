@@ -56,7 +56,7 @@ const (
 	writeIDLen    = 2 + 22
 	requestLen    = len("sha256:") + 32    // a long request id as RequestKey keeps it
 	handoverTail  = len(":handover:") + 24 // <run>:handover:<step>:<token or reason>
-	planByLen     = events.MaxName // approve's by, as the supervisor bounds it
+	planByLen     = events.MaxName         // approve's by, as the supervisor bounds it
 	scopeLen      = 96
 	bigCount      = 9_999_999
 	bigToken      = 999_999_999_999
