@@ -55,6 +55,9 @@ type Config struct {
 	NotifyWebhook   string        `envconfig:"NOTIFY_WEBHOOK"`
 	NotifySecret    string        `envconfig:"NOTIFY_SECRET"`
 	Faults          string        `envconfig:"FAULTS"`
+
+	// Bounded sizes: the largest document extract reads (a larger one is parked).
+	MaxDocumentBytes int64 `envconfig:"MAX_DOCUMENT_BYTES" default:"4194304"`
 }
 
 // Load reads the environment, fills the derived defaults and validates.
@@ -171,6 +174,10 @@ func (c Config) Validate() error {
 		if c.ModelTimeout <= 0 {
 			bad("CAIRN_MODEL_TIMEOUT must be positive, not %s", c.ModelTimeout)
 		}
+	}
+	// Bounded sizes.
+	if c.MaxDocumentBytes < 1<<10 || c.MaxDocumentBytes > 1<<30 {
+		bad("CAIRN_MAX_DOCUMENT_BYTES must be between 1024 and 1073741824 (1 GiB), not %d", c.MaxDocumentBytes)
 	}
 	return errors.Join(errs...)
 }

@@ -203,6 +203,7 @@ func (d *Deps) NightEnv(ctx context.Context) (*night.Env, func(), error) {
 	env := &night.Env{
 		InboxDir: d.Config.InboxDir, Ledger: ledger, ERP: erp, Memo: d.Memo, Marks: d.Marks, Extractor: extractor,
 		MailFrom: "cairn@cairn.local", FinanceTo: "finance-head@cairn.local",
+		MaxDocumentBytes: d.Config.MaxDocumentBytes,
 	}
 	return env, func() { ledger.Close(); erp.Close() }, nil
 }
