@@ -166,3 +166,21 @@ func lastErrors(rec *kc.Record) string {
 	}
 	return strings.Join(errs, "; ")
 }
+
+// BenchmarkReadDocumentOverTheLimit reports what refusing a 300 MB document costs: a few
+// allocations, whatever its size (go test -bench ReadDocument -benchmem ./internal/night).
+func BenchmarkReadDocumentOverTheLimit(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "INV-1.txt")
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.Truncate(path, 300<<20); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := readDocument(path, DefaultMaxDocument); !errors.Is(err, ErrDocumentTooLarge) {
+			b.Fatal(err)
+		}
+	}
+}
