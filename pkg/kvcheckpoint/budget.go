@@ -153,6 +153,8 @@ func room(p *Record, ahead []string, others bool) int {
 		}
 		if p.Approval == nil {
 			p.Approval = &Approval{Step: strings.Repeat("s", longest), PlanDigest: strings.Repeat("d", digestLen), Since: growString("", stampLen), By: grow(nil, planByLen), At: grow(nil, stampLen)}
+		} else { // a waiting approval is yet to be given: who and when
+			p.Approval.By, p.Approval.At = grow(p.Approval.By, planByLen), grow(p.Approval.At, stampLen)
 		}
 		if p.Undo == nil {
 			p.Undo = &Undo{RequestID: strings.Repeat("r", requestLen), Scope: []byte(`"` + strings.Repeat("s", scopeLen) + `"`), Cursor: bigCount, Reversed: bigCount, Total: bigCount, PreviousStatus: WaitingApproval}

@@ -117,3 +117,32 @@ func TestCommandThatWouldNotFitIsRejected(t *testing.T) {
 	}
 	f.settled(t)
 }
+
+// An approve takes no room its run's budget did not keep for it: on a record already full
+// (its room negative) the approve, with a name, or with none (a plain nats pub), goes through.
+func TestApproveOfAFullRecordGoesThrough(t *testing.T) {
+	for _, body := range []string{``, `{"by":"` + strings.Repeat("n", events.MaxName) + `"}`} {
+		f := setup(t)
+		s := f.supervisor(t)
+		f.create(t, "r1", func(r *kc.Record) {
+			tok := uint64(3)
+			for _, name := range []string{"a", "b"} {
+				r.Step(name).Status = kc.Verified
+				r.Step(name).Token = &tok
+			}
+			r.Step("a").Output = &kc.Output{Inline: []byte(`"` + strings.Repeat("o", 5000) + `"`), Digest: "SHA-256=x", Size: 5002}
+			r.Status = kc.WaitingApproval
+			r.Approval = &kc.Approval{Step: "c", PlanDigest: "SHA-256=plan", Since: "2026-10-13T22:00:00Z"}
+		})
+		if rec, _ := f.load(t, "r1"); kc.Room(rec) >= 0 {
+			t.Fatalf("room %d, want a record already full", kc.Room(rec))
+		}
+		f.command(t, s, events.RunSubject("r1", events.VerbApprove), body)
+		rec, rev := f.load(t, "r1")
+		if rec.Status != kc.Running || rec.Approval.By == nil {
+			t.Fatalf("approve %q: status %s, approval %+v, rejections %+v", body, rec.Status, rec.Approval, f.rejections(t))
+		}
+		stepEvent(t, f.published(t), "r1", "c", rev, 0)
+		f.settled(t)
+	}
+}
