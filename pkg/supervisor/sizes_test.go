@@ -146,3 +146,37 @@ func TestApproveOfAFullRecordGoesThrough(t *testing.T) {
 		f.settled(t)
 	}
 }
+
+// A resume that waits for the lease of a full record is kept (Record.Wait's rule: the
+// current step's room), not refused by the record's room.
+func TestAWaitingResumeOfAFullRecordIsKept(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+	owner := kc.Owner{Name: "b/host/1", Inbox: "cairn.owner.b.one"}
+	full := func(pad int) *kc.Record {
+		r := kc.New("r1", ldh, abc.Names(), "2026-10-13T22:00:00Z")
+		r.Status = kc.Cancelled
+		r.Step("a").Status = kc.Verified
+		r.Step("a").Output = &kc.Output{Inline: []byte(`"` + strings.Repeat("o", pad) + `"`), Digest: "SHA-256=x", Size: int64(pad + 2)}
+		return r
+	}
+	leased := func(r *kc.Record) *kc.Record {
+		r = r.Clone()
+		r.Lease = &kc.Lease{Owner: owner.Name, OwnerInbox: owner.Inbox, Token: 99, Step: "b", WriteID: strings.Repeat("w", 24)}
+		return r
+	}
+	pad := 0
+	for kc.Room(leased(full(pad))) >= 0 {
+		pad += 10
+	}
+	if kc.StepRoom(leased(full(pad)), "b") < 400 {
+		t.Fatalf("no record whose room is negative and whose current step has room for a waiting command")
+	}
+	f.create(t, "r1", func(r *kc.Record) { *r = *full(pad) })
+	f.take(t, "r1", "b", owner)
+	f.command(t, s, events.RunSubject("r1", events.VerbResume), `{"request_id":"resume-1"}`)
+	if rec, _ := f.load(t, "r1"); rec.Waiting("resume-1") == nil {
+		t.Fatalf("commands %+v, rejections %+v: want the resume waiting", rec.Commands, f.rejections(t))
+	}
+	f.settled(t)
+}
