@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -67,6 +66,9 @@ func (s extractStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result
 			continue
 		}
 		inv, err := recon.ParseAnswer(memo.Answer)
+		if err == nil && inv.InvoiceNo != doc.InvoiceNo { // a memo of an earlier release: tied by name at least
+			err = recon.CheckAnswer(inv, doc, nil)
+		}
 		if err != nil {
 			parkedInv = append(parkedInv, recon.Parked{InvoiceNo: doc.InvoiceNo, Reason: reason(err)})
 			continue
@@ -93,7 +95,10 @@ func (s extractStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result
 
 // answer returns the memoised answer for a document, asking the extractor only when there
 // is none. The memo is read before the call, so a second answer arises only when two
-// attempts raced past the read (saveMemo).
+// attempts raced past the read (saveMemo). Only an answer that is line-item JSON about its
+// document (recon.CheckAnswer), or the extractor's finding that the document is unreadable,
+// is memoised: an invalid one parks the invoice, and the next attempt (a resume after a
+// fix) asks again. A document over the size limit is parked unread.
 func (s extractStep) answer(ctx context.Context, a *runner.Attempt, d recon.Document, n int, v recon.ExtractorVersions) (memoAnswer, error) {
 	key := memoKey(a.RunID, d.Digest, v)
 	var memo memoAnswer
@@ -108,13 +113,17 @@ func (s extractStep) answer(ctx context.Context, a *runner.Attempt, d recon.Docu
 	if err := a.Fault(ctx, faults.BeforeWrite, n); err != nil {
 		return memo, err
 	}
-	doc, err := os.ReadFile(d.Path)
+	doc, err := readDocument(d.Path, s.e.maxDocument())
+	if errors.Is(err, ErrDocumentTooLarge) {
+		return memoAnswer{Unreadable: err.Error()}, nil // parked, not memoised: a limit may change
+	}
 	if err != nil {
 		return memo, runner.Temporary(fmt.Errorf("reading %s: %w", d.Path, err))
 	}
 	if got := recon.DocumentDigest(doc); got != d.Digest {
 		return memo, runner.Permanent(fmt.Errorf("%w: %s is %s, fetch read %s", runner.ErrSourceChanged, d.InvoiceNo, got, d.Digest))
 	}
+	valid := false
 	err = a.Retry(ctx, func(try int) error {
 		// The call is recorded before it is made: a paid call must be counted even if the
 		// process dies during it.
@@ -126,17 +135,28 @@ func (s extractStep) answer(ctx context.Context, a *runner.Attempt, d recon.Docu
 		switch {
 		case errors.As(err, &unreadable):
 			memo = memoAnswer{Unreadable: reason(err)}
+			valid = !unreadable.Invalid
 		case errors.Is(err, recon.ErrTemporary):
 			return runner.Temporary(err)
 		case err != nil:
 			return err
 		default:
-			memo = memoAnswer{Answer: answer}
+			memo, valid = memoAnswer{Answer: answer}, true
+			inv, err := recon.ParseAnswer(answer)
+			if err == nil {
+				err = recon.CheckAnswer(inv, d, doc)
+			}
+			if err != nil {
+				memo, valid = memoAnswer{Unreadable: reason(err)}, false
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return memo, err
+	}
+	if !valid {
+		return memo, nil // parked, not memoised
 	}
 	if memo, err = saveMemo(ctx, s.e.Memo, key, memo); err != nil {
 		return memo, err

@@ -97,6 +97,9 @@ type Env struct {
 	Extractor recon.Extractor
 	MailFrom  string
 	FinanceTo string
+	// MaxDocumentBytes is the largest document extract reads (CAIRN_MAX_DOCUMENT_BYTES);
+	// a larger one's invoice is parked. 0: DefaultMaxDocument.
+	MaxDocumentBytes int64
 }
 
 // Steps returns the implementation of every step.

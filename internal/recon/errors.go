@@ -17,6 +17,9 @@ var (
 	ErrInvalidConfig = errors.New("invalid gen config")
 	// ErrPOCollision marks a purchase-order prefix already used by another night.
 	ErrPOCollision = errors.New("purchase-order prefix collision")
+	// ErrNotTheDocument marks an answer about another invoice or supplier than its
+	// document's (CheckAnswer); such errors are also *UnreadableError values, Invalid.
+	ErrNotTheDocument = errors.New("answer is not about its document")
 )
 
 // UnreadableError is an invoice that cannot be read, with the reason in plain words
@@ -24,6 +27,11 @@ var (
 type UnreadableError struct {
 	InvoiceNo string // empty when the invoice number itself could not be read
 	Reason    string
+	// Invalid: the extractor's answer broke a rule (not line-item JSON, another document's
+	// invoice), rather than the extractor finding the document unreadable. Such an answer
+	// is not memoised: asking again, after a fix, may do better.
+	Invalid bool
+	err     error // what else it matches, such as ErrNotTheDocument
 }
 
 func (e *UnreadableError) Error() string {
@@ -33,8 +41,22 @@ func (e *UnreadableError) Error() string {
 	return fmt.Sprintf("invoice %s: %s: %s", e.InvoiceNo, ErrUnreadable, e.Reason)
 }
 
-// Unwrap makes errors.Is(err, ErrUnreadable) true.
-func (e *UnreadableError) Unwrap() error { return ErrUnreadable }
+// Unwrap makes errors.Is(err, ErrUnreadable) true, and errors.Is of what else it marks.
+func (e *UnreadableError) Unwrap() []error {
+	if e.err != nil {
+		return []error{ErrUnreadable, e.err}
+	}
+	return []error{ErrUnreadable}
+}
+
+// invalidAnswer marks err, an *UnreadableError about an answer, Invalid.
+func invalidAnswer(err error) error {
+	var u *UnreadableError
+	if errors.As(err, &u) {
+		u.Invalid = true
+	}
+	return err
+}
 
 func unreadable(invoiceNo, format string, args ...any) error {
 	return &UnreadableError{InvoiceNo: invoiceNo, Reason: fmt.Sprintf(format, args...)}

@@ -64,19 +64,19 @@ func (RuleExtractor) Versions() ExtractorVersions {
 // ParseAnswer reads a saved answer and validates it against the line-item schema: valid
 // ids, a real date, lines numbered from 1, qty > 0, every amount = qty × unit, total =
 // the sum of the amounts; unknown fields and trailing data are refused. Every failure is
-// an *UnreadableError.
+// an *UnreadableError, Invalid. Whether the answer is about its document is CheckAnswer's.
 func ParseAnswer(answer []byte) (Invoice, error) {
 	dec := json.NewDecoder(bytes.NewReader(answer))
 	dec.DisallowUnknownFields()
 	var inv Invoice
 	if err := dec.Decode(&inv); err != nil {
-		return Invoice{}, unreadable("", "answer is not line-item JSON: %v", err)
+		return Invoice{}, invalidAnswer(unreadable("", "answer is not line-item JSON: %v", err))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Invoice{}, unreadable(inv.InvoiceNo, "answer has data after its JSON object")
+		return Invoice{}, invalidAnswer(unreadable(inv.InvoiceNo, "answer has data after its JSON object"))
 	}
 	if err := inv.check(); err != nil {
-		return Invoice{}, err
+		return Invoice{}, invalidAnswer(err)
 	}
 	return inv, nil
 }

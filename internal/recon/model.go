@@ -132,7 +132,7 @@ func (m *ModelExtractor) Extract(ctx context.Context, invoiceNo string, doc []by
 	}
 	var cr chatResponse
 	if err := json.Unmarshal(raw, &cr); err != nil || len(cr.Choices) == 0 {
-		return nil, unreadable(invoiceNo, "the model's reply is not a chat completion: %s", cut(string(raw), 120))
+		return nil, invalidAnswer(unreadable(invoiceNo, "the model's reply is not a chat completion: %s", cut(string(raw), 120)))
 	}
 	c := cr.Choices[0]
 	if c.Message.Refusal != nil && *c.Message.Refusal != "" {

@@ -58,6 +58,9 @@ type Config struct {
 	NotifyWebhook   string        `envconfig:"NOTIFY_WEBHOOK"`
 	NotifySecret    Secret        `envconfig:"NOTIFY_SECRET"`
 	Faults          string        `envconfig:"FAULTS"`
+
+	// Bounded sizes: the largest document extract reads (a larger one is parked).
+	MaxDocumentBytes int64 `envconfig:"MAX_DOCUMENT_BYTES" default:"4194304"`
 }
 
 // Load reads the environment, fills the derived defaults and validates.
@@ -197,6 +200,10 @@ func (c Config) Validate() error {
 		if c.ModelName == "" {
 			bad("CAIRN_MODEL_NAME must name the model when CAIRN_MODEL_URL is set")
 		}
+	}
+	// Bounded sizes.
+	if c.MaxDocumentBytes < 1<<10 || c.MaxDocumentBytes > 1<<30 {
+		bad("CAIRN_MAX_DOCUMENT_BYTES must be between 1024 and 1073741824 (1 GiB), not %d", c.MaxDocumentBytes)
 	}
 	if len(errs) > 0 {
 		return settingError{errors.Join(errs...)}

@@ -213,6 +213,7 @@ func (d *Deps) NightEnv(ctx context.Context, names ...string) (*night.Env, func(
 	env := &night.Env{
 		InboxDir: d.Config.InboxDir, Ledger: ledger, ERP: erp, Memo: d.Memo, Marks: d.Marks, Extractor: extractor,
 		MailFrom: mailFrom, FinanceTo: financeTo,
+		MaxDocumentBytes: d.Config.MaxDocumentBytes,
 	}
 	return env, func() { ledger.Close(); erp.Close() }, nil
 }

@@ -40,6 +40,19 @@ const (
 	EpochKey = "cairn.epoch"
 )
 
+// Retention limits of the streams that only record (the audit timeline and the refusals):
+// past any of them the oldest messages go (DiscardOld). The other limits streams keep what
+// recovery needs (saga intents, outbox messages) and are bounded by their consumers and
+// their runs, not by age.
+const (
+	AuditMaxAge      = 90 * 24 * time.Hour
+	AuditMaxBytes    = 1 << 30 // 1 GiB
+	AuditMaxMsgs     = 5_000_000
+	RejectedMaxAge   = 30 * 24 * time.Hour
+	RejectedMaxBytes = 64 << 20 // 64 MiB; a rejection keeps at most 4 KiB of its body
+	RejectedMaxMsgs  = 100_000
+)
+
 // ErrMismatch: an existing asset differs from its definition.
 var ErrMismatch = errors.New("asset differs from its definition")
 
@@ -91,9 +104,14 @@ func (c Config) Streams() []jetstream.StreamConfig {
 		st(StreamOutbox, []string{"cairn.outbox.>"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode),
 		// The timeline counts paid calls and document loads across crashes; under cairn dev the
 		// server dies with the process, so audit writes are persisted before they are acked.
-		st(StreamAudit, []string{"cairn.audit.>"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode),
-		st(StreamRejected, []string{"cairn.rejected"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode),
+		limited(st(StreamAudit, []string{"cairn.audit.>"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode), AuditMaxAge, AuditMaxBytes, AuditMaxMsgs),
+		limited(st(StreamRejected, []string{"cairn.rejected"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode), RejectedMaxAge, RejectedMaxBytes, RejectedMaxMsgs),
 	}
+}
+
+func limited(c jetstream.StreamConfig, age time.Duration, bytes, msgs int64) jetstream.StreamConfig {
+	c.MaxAge, c.MaxBytes, c.MaxMsgs = age, bytes, msgs
+	return c
 }
 
 // Consumer is a durable consumer definition on a stream.
@@ -157,15 +175,16 @@ func (c Config) ObjectStore() jetstream.ObjectStoreConfig {
 	return jetstream.ObjectStoreConfig{Bucket: ObjectArtifacts, Storage: jetstream.FileStorage, Replicas: c.Replicas}
 }
 
-// Ensure creates every missing asset and checks every existing one. The one change it
-// makes to an existing asset is to lift a delivery limit the definition no longer has
-// (the outbox sender's, made by an earlier release); EnsureReport names each such change.
+// Ensure creates every missing asset and checks every existing one. The changes it makes
+// to an existing asset are to lift a delivery limit the definition no longer has (the
+// outbox sender's, made by an earlier release) and to set a stream's retention limits to
+// its definition's; EnsureReport names each such change.
 func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 	_, err := EnsureReport(ctx, js, c)
 	return err
 }
 
-// EnsureReport is Ensure, and returns one sentence per consumer it updated.
+// EnsureReport is Ensure, and returns one sentence per consumer or stream it updated.
 func EnsureReport(ctx context.Context, js jetstream.JetStream, c Config) ([]string, error) {
 	var changed []string
 	err := apply(ctx, js, c, true, &changed)
@@ -187,7 +206,7 @@ func apply(ctx context.Context, js jetstream.JetStream, c Config, create bool, c
 	}
 	var errs []error
 	for _, want := range c.Streams() {
-		errs = append(errs, ensureStream(ctx, js, want, create))
+		errs = append(errs, ensureStream(ctx, js, want, create, changed))
 	}
 	for _, want := range c.Buckets() {
 		errs = append(errs, ensureBucket(ctx, js, want, create))
@@ -202,7 +221,7 @@ func apply(ctx context.Context, js jetstream.JetStream, c Config, create bool, c
 	return errors.Join(errs...)
 }
 
-func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, create bool) error {
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, create bool, changed *[]string) error {
 	s, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		if !create {
@@ -216,7 +235,38 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	if err != nil {
 		return fmt.Errorf("looking up stream %s: %w", want.Name, err)
 	}
-	return compareStream(s.CachedInfo().Config, want)
+	got := s.CachedInfo().Config
+	if err := compareStream(got, want); err != nil || !create {
+		return err
+	}
+	return ensureLimits(ctx, js, got, want, changed)
+}
+
+// ensureLimits sets a stream's retention limits (MaxAge, MaxBytes, MaxMsgs) to its
+// definition's, in place: the server keeps the stream's messages within the new limits and
+// its consumers' positions. Only Ensure (cairn init, cairn dev) does it; Check, which every
+// service runs at its start, does not refuse other limits (an operator's, or an earlier
+// release's).
+func ensureLimits(ctx context.Context, js jetstream.JetStream, got, want jetstream.StreamConfig, changed *[]string) error {
+	unlimited := func(n int64) int64 { // the server keeps 0 as -1: both are no limit
+		if n <= 0 {
+			return -1
+		}
+		return n
+	}
+	if got.MaxAge == want.MaxAge && unlimited(got.MaxBytes) == unlimited(want.MaxBytes) && unlimited(got.MaxMsgs) == unlimited(want.MaxMsgs) {
+		return nil
+	}
+	upd := got
+	upd.MaxAge, upd.MaxBytes, upd.MaxMsgs = want.MaxAge, want.MaxBytes, want.MaxMsgs
+	if _, err := js.UpdateStream(ctx, upd); err != nil {
+		return fmt.Errorf("updating the retention limits of stream %s: %w", want.Name, err)
+	}
+	if changed != nil {
+		*changed = append(*changed, fmt.Sprintf("stream %s: max age %v, max bytes %d, max messages %d; was %v, %d, %d",
+			want.Name, want.MaxAge, want.MaxBytes, want.MaxMsgs, got.MaxAge, got.MaxBytes, got.MaxMsgs))
+	}
+	return nil
 }
 
 func compareStream(got, want jetstream.StreamConfig) error {

@@ -38,6 +38,17 @@ func DecodeCommand(m *nats.Msg, fallbackID string) (Event, error) {
 }
 
 func decodeCommand(m *nats.Msg, fallbackID string) (Event, error) {
+	e, err := decodeCommandEvent(m, fallbackID)
+	if err != nil {
+		return Event{}, err
+	}
+	if err := checkLimits(e.ID, e.Data); err != nil {
+		return Event{}, err
+	}
+	return e, nil
+}
+
+func decodeCommandEvent(m *nats.Msg, fallbackID string) (Event, error) {
 	runID, verb, err := ParseRunSubject(m.Subject)
 	if err != nil {
 		return Event{}, err

@@ -21,9 +21,20 @@ type Rejected struct {
 	Data    string              `json:"data"` // the refused body (truncated to 4 KiB), as text
 }
 
+// cutText cuts s to at most limit bytes on a character boundary.
+func cutText(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	for limit > 0 && !utf8.RuneStart(s[limit]) {
+		limit--
+	}
+	return s[:limit]
+}
+
 // NewRejected describes the refused message m, read from stream at seq
 // (empty and 0 for a core publish), with reason (usually the decoding
-// error's text). The body is cut to [MaxRejectedData] bytes on a character
+// error's text, cut to [MaxReason] bytes). The body is cut to [MaxRejectedData] bytes on a character
 // boundary.
 func NewRejected(stream string, seq uint64, m *nats.Msg, reason string) Rejected {
 	data := m.Data
@@ -45,7 +56,7 @@ func NewRejected(stream string, seq uint64, m *nats.Msg, reason string) Rejected
 		Stream:  stream,
 		Seq:     seq,
 		Subject: m.Subject,
-		Reason:  reason,
+		Reason:  cutText(reason, MaxReason),
 		Headers: hdr,
 		Data:    string(data),
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/cairnhq/cairn/pkg/events"
 )
 
 // The record's budget. A record is at most MaxSize bytes whatever the size of the run: what a
@@ -54,7 +56,7 @@ const (
 	writeIDLen    = 2 + 22
 	requestLen    = len("sha256:") + 32    // a long request id as RequestKey keeps it
 	handoverTail  = len(":handover:") + 24 // <run>:handover:<step>:<token or reason>
-	planByLen     = 40
+	planByLen     = events.MaxName         // approve's by, as the supervisor bounds it
 	scopeLen      = 96
 	bigCount      = 9_999_999
 	bigToken      = 999_999_999_999
@@ -151,6 +153,8 @@ func room(p *Record, ahead []string, others bool) int {
 		}
 		if p.Approval == nil {
 			p.Approval = &Approval{Step: strings.Repeat("s", longest), PlanDigest: strings.Repeat("d", digestLen), Since: growString("", stampLen), By: grow(nil, planByLen), At: grow(nil, stampLen)}
+		} else { // a waiting approval is yet to be given: who and when
+			p.Approval.By, p.Approval.At = grow(p.Approval.By, planByLen), grow(p.Approval.At, stampLen)
 		}
 		if p.Undo == nil {
 			p.Undo = &Undo{RequestID: strings.Repeat("r", requestLen), Scope: []byte(`"` + strings.Repeat("s", scopeLen) + `"`), Cursor: bigCount, Reversed: bigCount, Total: bigCount, PreviousStatus: WaitingApproval}

@@ -134,7 +134,7 @@ func (s *Supervisor) cancel(ctx context.Context, ev events.Event) error {
 	if _, err := s.command(ev); err != nil {
 		return err
 	}
-	_, rev, err := s.cfg.Store.Mutate(ctx, ev.Subject, func(r *kc.Record) error {
+	_, rev, err := s.mutate(ctx, ev, func(r *kc.Record) error {
 		if r.HasRequest(ev.ID) {
 			return kc.ErrSkip
 		}
@@ -176,7 +176,7 @@ func (s *Supervisor) resume(ctx context.Context, ev events.Event) error {
 	}
 	var step string
 	var waits, dropped bool
-	rec, rev, err := s.cfg.Store.Mutate(ctx, ev.Subject, func(r *kc.Record) error {
+	rec, rev, err := s.mutate(ctx, ev, func(r *kc.Record) error {
 		waits, dropped = false, false
 		if r.HasRequest(ev.ID) || (r.Status != kc.HandedOver && r.Status != kc.Cancelled) {
 			if dropped = r.DropCommand(ev.ID); dropped {
@@ -300,7 +300,7 @@ func (s *Supervisor) rerun(ctx context.Context, ev events.Event) error {
 		return reject("rerun of %s: no step %q in pipeline %s (%v)", ev.Subject, c.From, s.cfg.Pipeline.Name, s.cfg.Pipeline.Names())
 	}
 	var waits, dropped bool
-	rec, rev, err := s.cfg.Store.Mutate(ctx, ev.Subject, func(r *kc.Record) error {
+	rec, rev, err := s.mutate(ctx, ev, func(r *kc.Record) error {
 		waits, dropped = false, false
 		if r.HasRequest(ev.ID) {
 			return kc.ErrSkip
@@ -357,9 +357,9 @@ func (s *Supervisor) approve(ctx context.Context, ev events.Event) error {
 	if err != nil {
 		return err
 	}
-	by := cmp.Or(c.By, ev.Source)
+	by := cmp.Or(c.By, kc.CutText(ev.Source, events.MaxName)) // by is at most MaxName bytes (decoding)
 	var again bool
-	rec, rev, err := s.cfg.Store.Mutate(ctx, ev.Subject, func(r *kc.Record) error {
+	rec, rev, err := s.mutate(ctx, ev, func(r *kc.Record) error {
 		ap := r.Approval
 		switch {
 		case r.Status == kc.WaitingApproval && ap != nil && ap.By == nil:
@@ -406,7 +406,7 @@ func (s *Supervisor) rejectRun(ctx context.Context, ev events.Event) error {
 	if err != nil {
 		return err
 	}
-	rec, rev, err := s.cfg.Store.Mutate(ctx, ev.Subject, func(r *kc.Record) error {
+	rec, rev, err := s.mutate(ctx, ev, func(r *kc.Record) error {
 		if r.HasRequest(ev.ID) {
 			return kc.ErrSkip
 		}
@@ -428,7 +428,8 @@ func (s *Supervisor) rejectRun(ctx context.Context, ev events.Event) error {
 		s.record(ctx, events.AuditStepID(ev.Subject, "run", "rejected", rev), events.Audit{RunID: ev.Subject, Event: "run.rejected", Detail: "plan " + rec.Approval.PlanDigest})
 	}
 	// The undo, under the reject's own request id, so a replayed reject asks once.
-	u := events.Command{RequestID: cmp.Or(c.RequestID, ev.ID) + ":undo"}
+	// Made from the id as the record keeps it (kc.RequestKey), so it is within MaxRequestID.
+	u := events.Command{RequestID: kc.RequestKey(cmp.Or(c.RequestID, ev.ID)) + ":undo"}
 	e, err := events.New(u.RequestID, events.TypeRunUndo, source, ev.Subject, s.cfg.Now(), u)
 	if err != nil {
 		return err
