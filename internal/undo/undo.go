@@ -38,7 +38,7 @@ import (
 )
 
 // Step is the lease step of an undo.
-const Step = "undo"
+const Step = kc.UndoLease
 
 // Config is what the compensator needs.
 type Config struct {
