@@ -281,8 +281,11 @@ func (r *Runner) Handle(ctx context.Context, m jetstream.Msg) {
 	}
 	// 1. Decode and validate.
 	nm := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
-	ev, err := events.Decode(nm)
 	var ready events.StepReady
+	// A panic anywhere below hands the run over (or rejects an event it cannot place) and
+	// terms the event: a bug meets a person once, it does not crash the worker every delivery.
+	defer consume.Recover(r.log, m, func(err error) { r.handoverPanic(ctx, nm, seq, ready.RunID, err) })
+	ev, err := events.Decode(nm)
 	if err == nil {
 		err = ev.Unmarshal(&ready)
 	}
