@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -109,6 +110,7 @@ func FuzzSupervisor(f *testing.F) {
 		}
 	}
 	fx := setup(f)
+	fx.ctx = context.Background() // setup's bound is a test's, not a fuzzing run's
 	fx.store = must(kc.Open(fx.ctx, fx.js, assets.BucketRuns, kc.WithPipeline(nightSteps.Names())))
 	if err := assets.Ensure(fx.ctx, fx.js, assets.Config{Steps: nightSteps.Names()}); err != nil {
 		f.Fatal(err)
