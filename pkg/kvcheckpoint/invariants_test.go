@@ -1,6 +1,7 @@
 package kvcheckpoint_test
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"testing"
@@ -125,4 +126,64 @@ func TestCheckTakesRecordsCairnWrites(t *testing.T) {
 	if err := old.Check("run-2026-10-13-ldh", pipeline); err != nil {
 		t.Errorf("schema 1 record: Check = %v, want nil", err)
 	}
+}
+
+// FuzzCheck: any record that decodes (its sum made as the code makes it) either breaks an
+// invariant, named by ErrInvariant, or takes every accessor the readers call without a panic.
+func FuzzCheck(f *testing.F) {
+	b, err := os.ReadFile("testdata/schema1.json")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b, true)
+	r := newRecord("run-1")
+	r.Lease = &kc.Lease{Owner: "o", OwnerInbox: "cairn.owner.fetch.x", Token: 1, Step: "fetch", WriteID: "w"}
+	r.Approval = &kc.Approval{Step: "debit-notes", PlanDigest: "sha256:ab", Since: r.CreatedAt}
+	r.Undo = &kc.Undo{RequestID: "u", Cursor: 1, Total: 2, PreviousStatus: kc.Done}
+	r.Commands = []kc.Command{{Verb: "resume", RequestID: "r-1", By: "ops", At: r.CreatedAt}}
+	if b, err = kc.Encode(r); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b, false)
+	f.Fuzz(func(t *testing.T, b []byte, strict bool) {
+		var in kc.Record
+		if json.Unmarshal(b, &in) != nil {
+			return
+		}
+		enc, err := kc.Encode(&in)
+		if err != nil {
+			return
+		}
+		rec, err := kc.Decode(enc)
+		if err != nil {
+			return
+		}
+		var want []string
+		if strict {
+			want = pipeline
+		}
+		if err := rec.Check(rec.RunID, want); err != nil {
+			if !errors.Is(err, kc.ErrInvariant) || !errors.Is(err, kc.ErrCorrupt) {
+				t.Fatalf("Check = %v, want ErrInvariant and ErrCorrupt", err)
+			}
+			return
+		}
+		cur := rec.Current()
+		_ = rec.AllVerified()
+		for _, s := range rec.Pipeline {
+			_ = rec.EarlierVerified(s)
+			_ = rec.Next(s)
+			_ = rec.Step(s)
+		}
+		_ = kc.StepRoom(rec, cur)
+		if a := rec.Approval; a != nil {
+			_ = rec.Step(a.Step)
+		}
+		if l := rec.Lease; l != nil && l.Step != kc.UndoLease {
+			_ = rec.Step(l.Step)
+		}
+		c := rec.Clone()
+		_, _ = c.Wait(kc.Command{Verb: "resume", RequestID: "r-2"})
+		_ = kc.Progressed(rec, c)
+	})
 }
