@@ -57,7 +57,9 @@ func (s *Supervisor) noteUntrusted(ctx context.Context) {
 		}
 		if err := s.noteOnly(ctx, key, "", u.cause); err != nil {
 			s.log.Warn("handing over an untrusted record", slog.String("run_id", key), slog.Any("error", err))
-			continue
+			if !errors.Is(err, events.ErrInvalidID) {
+				continue // noted at a later sweep
+			}
 		}
 		s.mu.Lock()
 		if cur, ok := s.bad[key]; ok && cur.rev == u.rev {
