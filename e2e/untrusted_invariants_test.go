@@ -116,6 +116,50 @@ func TestUntrustedInvariants(t *testing.T) {
 	}
 }
 
+// The same records written under cairn dev (whose embedded server has no users): it stays
+// up as it meets them, and so does a cairn dev started again on the same storage, which
+// earlier died on them at every start; the night still finishes.
+func TestUntrustedInvariantsDevRestart(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
+	n := newLoggedNight(t)
+	n.start()
+	ctx, cancel := context.WithTimeout(context.Background(), runLimit)
+	defer cancel()
+	store, err := kc.Open(ctx, n.js, assets.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range forgedInvariants {
+		r := kc.New(f.runID, kc.Params{Warehouse: "zzz", Date: date}, job.Pipeline.Names(), "2026-10-13T22:00:00Z")
+		r.Epoch = store.Epoch()
+		f.change(r)
+		b, err := kc.Encode(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.KV().Put(ctx, f.runID, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range forgedInvariants {
+		if note := waitNoteOf(t, n.js, f.runID, runLimit); note.ID != f.runID+":handover:record" {
+			t.Errorf("handover note of %s: %+v", f.runID, note)
+		}
+	}
+	if n.exited() {
+		t.Fatalf("cairn dev died of the forged records (log %s)", n.dev.Log)
+	}
+	n.stop()
+	n.start()
+	n.startRun()
+	n.waitStatus(runLimit, kc.Done)
+	n.assertTruth()
+	if n.exited() {
+		t.Fatalf("cairn dev, started again, died (log %s)", n.dev.Log)
+	}
+}
+
 func supExited(p *devproc.Proc) bool {
 	return errors.Is(p.Signal(syscall.Signal(0)), os.ErrProcessDone)
 }
