@@ -2,7 +2,7 @@
 GO ?= go
 NATS_CLI_VERSION = v0.5.0
 
-.PHONY: build demo test test-short vet e2e-full bench nats-cli contract deploy-check clean
+.PHONY: build demo test test-short vet fuzz e2e-full bench nats-cli contract deploy-check clean
 
 # The code version every step records (versions.code): the release tag, else 12 hex digits of
 # the commit, "+dirty" with uncommitted changes (the same form runtime/debug gives a build that
@@ -23,6 +23,20 @@ demo: build
 # room on a busier one.
 test: vet
 	$(GO) test -race -count=1 -timeout 25m ./...
+	$(MAKE) fuzz
+
+# Go native fuzzing, FUZZTIME per target: no decodable record nor command panics the
+# supervisor's commands and sweeps, the runner's step protocol, or a record's readers. A
+# plain go test runs the seed corpora; this mutates them. New coverage is not minimised
+# (-fuzzminimizetime=1x): the embedded nats-server's own coverage makes most inputs "new".
+# A failure leaves its input under the package's testdata/fuzz/ for go test to replay.
+FUZZTIME ?= 20s
+FUZZ_TARGETS = ./pkg/supervisor:FuzzSupervisor ./pkg/runner:FuzzRunnerProtocol ./pkg/kvcheckpoint:FuzzCheck
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t##*:} ($(FUZZTIME))"; \
+		$(GO) test -count=1 -run '^$$' -fuzz "^$${t##*:}$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=1x -parallel 2 "$${t%%:*}" || exit 1; \
+	done
 
 # The full crash matrix: every boundary and every write of every writing step (about 30 minutes).
 e2e-full:

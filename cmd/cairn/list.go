@@ -178,6 +178,9 @@ func boolOrder(a, b bool) int {
 // runRowOf is the row of the record stored under key.
 func runRowOf(key string, value []byte, epoch string, now time.Time) runRow {
 	r, err := kc.Decode(value)
+	if err == nil {
+		err = r.Check(key, nil) // a record that breaks an invariant is shown, not read
+	}
 	if err == nil && r.Epoch != epoch {
 		err = fmt.Errorf("epoch %q, bucket's %q: %w", r.Epoch, epoch, kc.ErrForeignEpoch)
 	}

@@ -120,7 +120,7 @@ func Open(ctx context.Context, c Config, js jetstream.JetStream, log *slog.Logge
 	d := &Deps{Config: c, JS: js, Logger: log, Now: time.Now, Metrics: metrics.New(), failed: make(chan struct{})}
 	d.Metrics.SetReady(func() error { return d.ready(ctx) })
 	var err error
-	if d.Store, err = kc.Open(ctx, js, assets.BucketRuns, kc.WithClock(func() time.Time { return d.Now() })); err != nil {
+	if d.Store, err = kc.Open(ctx, js, assets.BucketRuns, kc.WithClock(func() time.Time { return d.Now() }), kc.WithPipeline(night.Pipeline.Names())); err != nil {
 		return nil, err
 	}
 	d.Metrics.CounterFunc("cairn_cas_conflicts_total", "Checkpoint compare-and-set writes refused because another writer changed the record first.",

@@ -35,7 +35,7 @@ import (
 )
 
 // Step is the lease step of an undo.
-const Step = "undo"
+const Step = kc.UndoLease
 
 // Config is what the compensator needs.
 type Config struct {
@@ -109,6 +109,13 @@ func (c *Compensator) Handle(ctx context.Context, m jetstream.Msg) {
 		seq = meta.Sequence.Stream
 	}
 	nm := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
+	// A panic is a rejected undo, recorded on cairn.rejected; consume.Recover terms it.
+	defer consume.Recover(c.log, m, func(err error) {
+		runID, _, _ := events.ParseRunSubject(m.Subject())
+		if rerr := c.audit.Reject(ctx, events.RejectedID(assets.StreamRuns, seq), runID, events.NewRejected(assets.StreamRuns, seq, nm, err.Error())); rerr != nil {
+			c.log.Error("recording a rejected undo", slog.Any("error", rerr))
+		}
+	})
 	ev, err := events.DecodeCommand(nm, fmt.Sprintf("seq-%d", seq))
 	var cmd events.Command
 	if err == nil {

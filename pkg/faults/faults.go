@@ -6,7 +6,8 @@
 // n is the 1-based write index in key order. The outbox sender has points of its own under
 // the name outbox-sender: before-deliver and after-deliver (handed over, not yet marked
 // sent), n its 1-based delivery; actions are exit (the process exits at once with
-// code 3), error:temporary|permanent|unknown, and stall[:duration]. @once leaves a marker file
+// code 3), error:temporary|permanent|unknown, stall[:duration], and panic (the handler
+// panics, as a bug would: its boundary recovers, records and settles it). @once leaves a marker file
 // so that the fault does not fire again after the restart it causes.
 package faults
 
@@ -132,6 +133,10 @@ func parseRule(rule string) (Fault, error) {
 		default:
 			return f, fmt.Errorf("error class %q is not temporary, permanent or unknown", arg)
 		}
+	case "panic":
+		if arg != "" {
+			return f, fmt.Errorf("panic takes no argument, not %q", arg)
+		}
 	case "stall":
 		if arg != "" {
 			d, err := time.ParseDuration(arg)
@@ -144,7 +149,7 @@ func parseRule(rule string) (Fault, error) {
 			f.Stall = d
 		}
 	default:
-		return f, fmt.Errorf("unknown action %q (exit, error:<class>, stall[:duration])", kind)
+		return f, fmt.Errorf("unknown action %q (exit, error:<class>, stall[:duration], panic)", kind)
 	}
 	return f, nil
 }
@@ -153,7 +158,7 @@ func parseRule(rule string) (Fault, error) {
 func (s *Set) Empty() bool { return s == nil || len(s.faults) == 0 }
 
 // Hit fires the faults set for step at point and write n (0 for points without an index).
-// exit never returns; stall blocks until its duration passes or ctx ends and then returns
+// exit and panic never return; stall blocks until its duration passes or ctx ends and then returns
 // nil; error returns the class's error.
 func (s *Set) Hit(ctx context.Context, step, point string, n int) error {
 	if s.Empty() {
@@ -177,6 +182,8 @@ func (s *Set) Hit(ctx context.Context, step, point string, n int) error {
 			s.exit(ExitCode)
 		case "error":
 			return fmt.Errorf("%s at %s.%s.%d: %w", f.Spec, step, point, n, f.Class)
+		case "panic":
+			panic(fmt.Sprintf("%s at %s.%s.%d: injected panic", f.Spec, step, point, n))
 		case "stall":
 			var done <-chan time.Time
 			if f.Stall > 0 {

@@ -28,4 +28,8 @@ var (
 	ErrTooManyCommands = errors.New("too many commands waiting")
 	// ErrSkip, returned by a mutation, writes nothing.
 	ErrSkip = errors.New("nothing to write")
+	// ErrInvariant: the record decodes and its sum holds, but it breaks an invariant every
+	// record Cairn writes keeps (invariants.go); it always comes wrapped with ErrCorrupt too,
+	// so it is treated as a corrupt record is: never acted on, handed over, the entry kept.
+	ErrInvariant = errors.New("checkpoint breaks an invariant")
 )

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -29,7 +30,8 @@ type Store struct {
 	bucket string
 	epoch  string
 	now    func() time.Time
-	api    string // the JetStream API's subject prefix, "$JS.API." unless a domain or prefix says
+	api    string   // the JetStream API's subject prefix, "$JS.API." unless a domain or prefix says
+	steps  []string // the pipeline every record must have (WithPipeline); nil: any
 
 	conflicts atomic.Int64
 	written   written
@@ -45,6 +47,12 @@ func WithClock(now func() time.Time) Option {
 			s.now = now
 		}
 	}
+}
+
+// WithPipeline makes every record read from the bucket have exactly these steps, in order
+// (the pipeline definition the reader runs): any other is ErrCorrupt and ErrInvariant.
+func WithPipeline(steps []string) Option {
+	return func(s *Store) { s.steps = slices.Clone(steps) }
 }
 
 // Open looks up the bucket and its epoch. The bucket must exist (cairn init creates it).
@@ -120,8 +128,15 @@ func (s *Store) load(ctx context.Context, runID string) (*Record, uint64, []byte
 	return r, e.Revision(), e.Value(), err
 }
 
+// DecodeEntry decodes the value of key as the store reads it: its sum, its invariants
+// (Record.Check, with the store's pipeline), its epoch. For watchers of the bucket.
+func (s *Store) DecodeEntry(key string, b []byte) (*Record, error) { return s.decode(key, b) }
+
 func (s *Store) decode(runID string, b []byte) (*Record, error) {
 	r, err := Decode(b)
+	if err == nil {
+		err = r.Check(runID, s.steps)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("loading checkpoint %q: %w", runID, err)
 	}

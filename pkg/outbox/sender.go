@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/pkg/consume"
 	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/faults"
 	"github.com/cairnhq/cairn/pkg/retry"
@@ -102,14 +103,30 @@ func (o outcome) String() string {
 // error lasts; TermWithReason when it cannot be decoded, or when the outside system
 // refused it for good and its mark says so (refused). It returns nil when the message
 // was acked, else the error that decided otherwise.
-func (s *Sender) Handle(ctx context.Context, msg jetstream.Msg) error {
+func (s *Sender) Handle(ctx context.Context, msg jetstream.Msg) (err error) {
+	// A panic is a message refused for good (its finishing run handed over), or, before the
+	// message decoded, a rejection; consume.Recover terms it.
+	var m Message
+	decoded := false
+	defer consume.Recover(s.c.Logger, msg, func(perr error) {
+		err = perr
+		if !decoded {
+			if s.c.Rejected != nil {
+				s.c.Rejected(context.WithoutCancel(ctx), msg, perr)
+			}
+			return
+		}
+		if s.c.Refused != nil {
+			s.c.Refused(context.WithoutCancel(ctx), m, perr)
+		}
+	})
 	ctx, cancel := context.WithTimeout(ctx, s.c.Timeout)
 	defer cancel()
 
-	m, err := decode(msg)
-	if err != nil {
+	if m, err = decode(msg); err != nil {
 		return s.reject(ctx, msg, err)
 	}
+	decoded = true
 	log := s.c.Logger.With(slog.String(attrRunID, m.RunID), slog.String(attrKey, m.Key), slog.String(attrStep, m.Step))
 
 	kv, err := s.bucket(ctx)

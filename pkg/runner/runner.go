@@ -276,10 +276,19 @@ func (r *Runner) Handle(ctx context.Context, m jetstream.Msg) {
 	if meta != nil {
 		seq, delivered = meta.Sequence.Stream, meta.NumDelivered
 	}
-	// 1. Decode and validate.
+	// A panic anywhere below hands the run over (or rejects an event it cannot place) and
+	// terms the event: a bug meets a person once, it does not crash the worker every delivery.
 	nm := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
-	ev, err := events.Decode(nm)
+	var runID string
+	defer consume.Recover(r.log, m, func(err error) { r.handoverPanic(ctx, nm, seq, runID, err) })
+	r.handle(ctx, m, nm, seq, delivered, &runID)
+}
+
+// handle is Handle below its recover; it sets *runID once the event names its run.
+func (r *Runner) handle(ctx context.Context, m jetstream.Msg, nm *nats.Msg, seq, delivered uint64, runID *string) {
+	// 1. Decode and validate.
 	var ready events.StepReady
+	ev, err := events.Decode(nm)
 	if err == nil {
 		err = ev.Unmarshal(&ready)
 	}
@@ -291,6 +300,7 @@ func (r *Runner) Handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.TermWithReason(err.Error())
 		return
 	}
+	*runID = ready.RunID
 	// One message of a run at a time: a duplicate waits until the first is settled.
 	defer r.runs.enter(ready.RunID, m, r.cfg.Heartbeat)()
 	ctx, span := tracing.Start(ctx, ev, "step "+r.cfg.StepName, attribute.String("cairn.step", r.cfg.StepName), attribute.Int64("cairn.delivered", int64(delivered)))

@@ -71,7 +71,7 @@ type fixture struct {
 
 const sentinelSubject = "test.sentinel"
 
-func setup(t *testing.T) *fixture {
+func setup(t testing.TB) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -118,7 +118,7 @@ func setup(t *testing.T) *fixture {
 }
 
 // supervisor builds a supervisor on the fixture, with a small lease and the test clock.
-func (f *fixture) supervisor(t *testing.T) *Supervisor {
+func (f *fixture) supervisor(t testing.TB) *Supervisor {
 	t.Helper()
 	s, err := New(Config{
 		JS: f.js, Store: f.store, Marks: f.marks, Handovers: f.notes, NaturalKeys: f.natural, Pipeline: abc,

@@ -72,6 +72,10 @@ type Supervisor struct {
 	seen map[string]observation // run -> what the last sweep saw
 	runs map[string]watched     // run -> its latest record, kept by a watch on the bucket
 	mail map[string]delivery    // finishing run -> how much of its mail was undelivered, and since when
+	// bad are the entries the watch could not trust, for a note (untrusted.go); panicked
+	// the runs whose sweep panicked, at the revision it panicked on.
+	bad      map[string]untrusted
+	panicked map[string]uint64
 }
 
 // delivery is how many of a finishing run's messages a sweep found undelivered, and when, by
@@ -125,7 +129,8 @@ func New(c Config) (*Supervisor, error) {
 	if err := c.Pipeline.Validate(); err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
-	return &Supervisor{cfg: c, audit: audit.New(c.JS, "supervisor", c.Now), log: c.Logger.With(slog.String("service", "supervisor")), seen: map[string]observation{}, runs: map[string]watched{}, mail: map[string]delivery{}, ready: make(chan struct{})}, nil
+	return &Supervisor{cfg: c, audit: audit.New(c.JS, "supervisor", c.Now), log: c.Logger.With(slog.String("service", "supervisor")), seen: map[string]observation{}, runs: map[string]watched{}, mail: map[string]delivery{},
+		bad: map[string]untrusted{}, panicked: map[string]uint64{}, ready: make(chan struct{})}, nil
 }
 
 // Run frees the leases of owners that are gone, then consumes commands and sweeps until ctx
@@ -145,12 +150,18 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		s.observe(e)
 	}
 	s.SweepOnce(ctx, true)
-	adv, err := s.cfg.JS.Conn().QueueSubscribe(AdvisorySubject, "cairn-supervisor", func(m *nats.Msg) { s.onMaxDeliveries(ctx, m) })
+	adv, err := s.cfg.JS.Conn().QueueSubscribe(AdvisorySubject, "cairn-supervisor", func(m *nats.Msg) {
+		defer consume.Recover(s.log, nil, nil)
+		s.onMaxDeliveries(ctx, m)
+	})
 	if err != nil {
 		return fmt.Errorf("subscribing to %s: %w", AdvisorySubject, err)
 	}
 	defer func() { _ = adv.Unsubscribe() }()
-	cadv, err := s.cfg.JS.Conn().QueueSubscribe(CommandAdvisorySubject, "cairn-supervisor", func(m *nats.Msg) { s.onCommandMaxDeliveries(ctx, m) })
+	cadv, err := s.cfg.JS.Conn().QueueSubscribe(CommandAdvisorySubject, "cairn-supervisor", func(m *nats.Msg) {
+		defer consume.Recover(s.log, nil, nil)
+		s.onCommandMaxDeliveries(ctx, m)
+	})
 	if err != nil {
 		return fmt.Errorf("subscribing to %s: %w", CommandAdvisorySubject, err)
 	}
@@ -204,14 +215,16 @@ func (s *Supervisor) Run(ctx context.Context) error {
 // Ready is closed once Run consumes commands and listens for advisories.
 func (s *Supervisor) Ready() <-chan struct{} { return s.ready }
 
-// Handle decodes and applies one run command, then settles its message.
+// Handle decodes and applies one run command, then settles its message. A command whose
+// handling panics is rejected (on cairn.rejected, with the panic) and termed.
 func (s *Supervisor) Handle(ctx context.Context, m jetstream.Msg) {
 	meta, _ := m.Metadata()
 	var seq uint64
 	if meta != nil {
 		seq = meta.Sequence.Stream
 	}
-	nm := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
+	defer consume.Recover(s.log, m, func(err error) { s.rejectPanic(ctx, m, seq, err) })
+	nm := natsMsg(m)
 	ev, err := events.DecodeCommand(nm, fmt.Sprintf("seq-%d", seq))
 	if err == nil {
 		err = s.apply(ctx, ev)
@@ -225,7 +238,8 @@ func (s *Supervisor) Handle(ctx context.Context, m jetstream.Msg) {
 	case err == nil:
 		s.cfg.Metrics.Commands.WithLabelValues(verb, "applied").Inc()
 		_ = m.Ack()
-	case errors.As(err, &rej), errors.Is(err, events.ErrInvalid), errors.Is(err, events.ErrInvalidID):
+	case errors.As(err, &rej), errors.Is(err, events.ErrInvalid), errors.Is(err, events.ErrInvalidID),
+		errors.Is(err, kc.ErrCorrupt): // a record not trusted is never acted on: the sweep hands its run over
 		id := events.RejectedID(assets.StreamRuns, seq)
 		runID := ev.Subject
 		if rej != nil && rej.runID != "" {
@@ -249,6 +263,10 @@ func (s *Supervisor) Handle(ctx context.Context, m jetstream.Msg) {
 		s.log.Warn("command failed, will retry", slog.String("subject", m.Subject()), slog.Any("error", err))
 		_ = m.NakWithDelay(time.Second)
 	}
+}
+
+func natsMsg(m jetstream.Msg) *nats.Msg {
+	return &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
 }
 
 // rejection is a command refused for a reason of its own (not a malformed message).

@@ -18,21 +18,27 @@ import (
 )
 
 // observe keeps a watched record. A record that does not decode or belongs to another epoch is
-// left out: the step that next touches it hands it over by its note. One a newer release
+// left out; one that is corrupt (its sum, its invariants: kvcheckpoint.Record.Check) is handed
+// over by a note alone at the next sweep, as the step that next touches it would. One a newer release
 // wrote is left out too, to that release's supervisor: never swept, never handed over here.
 func (s *Supervisor) observe(e jetstream.KeyValueEntry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rec, err := kc.Decode(e.Value())
+	rec, err := s.cfg.Store.DecodeEntry(e.Key(), e.Value())
 	if _, watched := s.runs[e.Key()]; watched && errors.Is(err, kc.ErrNewerSchema) {
 		s.log.Info("run left to a newer release", slog.String("run_id", e.Key()), slog.Any("error", err))
 	}
-	if e.Operation() != jetstream.KeyValuePut || err != nil || rec.Epoch != s.cfg.Store.Epoch() {
+	if e.Operation() != jetstream.KeyValuePut || err != nil {
 		delete(s.runs, e.Key())
 		delete(s.seen, e.Key())
 		delete(s.mail, e.Key())
+		delete(s.bad, e.Key())
+		if e.Operation() == jetstream.KeyValuePut && errors.Is(err, kc.ErrCorrupt) {
+			s.distrust(e.Key(), e.Revision(), err)
+		}
 		return
 	}
+	delete(s.bad, e.Key())
 	w := watched{rec: rec, rev: e.Revision()}
 	prev, ok := s.runs[e.Key()]
 	w.progress, w.approval = timers(prev, ok, rec, s.cfg.Now())
@@ -47,9 +53,16 @@ func (w watched) unchanged(r *kc.Record) bool { return !kc.Progressed(w.rec, r) 
 // At start (startup true) it asks every lease owner whether it is alive, so a restarted
 // deployment resumes at once.
 func (s *Supervisor) SweepOnce(ctx context.Context, startup bool) {
+	s.noteUntrusted(ctx)
 	s.mu.Lock()
 	var live []watched
 	for id, w := range s.runs {
+		if rev, ok := s.panicked[id]; ok {
+			if rev == w.rev {
+				continue // its sweep panicked on this very record: a person has its note
+			}
+			delete(s.panicked, id)
+		}
 		switch {
 		case w.rec.Status == kc.Running, w.rec.Status == kc.Finishing, w.rec.Status == kc.Undoing, w.rec.Status == kc.WaitingApproval,
 			len(w.rec.Commands) > 0: // a command waits for the run's lease: the sweep drives it
@@ -66,37 +79,42 @@ func (s *Supervisor) SweepOnce(ctx context.Context, startup bool) {
 		if ctx.Err() != nil {
 			return
 		}
-		if now := s.cfg.Now(); w.rec.Status == kc.WaitingApproval {
-			if now.Sub(w.approval.began()) >= s.cfg.ApprovalTimeout {
-				cause := fmt.Errorf("no one approved or rejected the plan of %s for %s (CAIRN_APPROVAL_TIMEOUT)", w.rec.Approval.Step, s.cfg.ApprovalTimeout)
-				if err := s.handOver(ctx, w.rec.RunID, w.rec.Approval.Step, reasonApprovalTimeout, cause, w.unchanged); err != nil {
-					s.log.Warn("handing over an unanswered approval", slog.String("run_id", w.rec.RunID), slog.Any("error", err))
-				}
+		s.sweepGuarded(ctx, w, startup)
+	}
+}
+
+// sweepWatched looks once at one run as the watch last saw it.
+func (s *Supervisor) sweepWatched(ctx context.Context, w watched, startup bool) {
+	if now := s.cfg.Now(); w.rec.Status == kc.WaitingApproval {
+		if now.Sub(w.approval.began()) >= s.cfg.ApprovalTimeout {
+			cause := fmt.Errorf("no one approved or rejected the plan of %s for %s (CAIRN_APPROVAL_TIMEOUT)", w.rec.Approval.Step, s.cfg.ApprovalTimeout)
+			if err := s.handOver(ctx, w.rec.RunID, w.rec.Approval.Step, reasonApprovalTimeout, cause, w.unchanged); err != nil {
+				s.log.Warn("handing over an unanswered approval", slog.String("run_id", w.rec.RunID), slog.Any("error", err))
 			}
-			continue
 		}
-		if w.rec.Status == kc.Finishing {
-			if w.rec.Lease == nil && len(w.rec.Commands) > 0 {
-				if err := s.drive(ctx, w.rec, w.rev); err != nil {
-					s.log.Warn("driving a waiting command", slog.String("run_id", w.rec.RunID), slog.Any("error", err))
-				}
+		return
+	}
+	if w.rec.Status == kc.Finishing {
+		if w.rec.Lease == nil && len(w.rec.Commands) > 0 {
+			if err := s.drive(ctx, w.rec, w.rev); err != nil {
+				s.log.Warn("driving a waiting command", slog.String("run_id", w.rec.RunID), slog.Any("error", err))
 			}
-			// A finishing run waits on its mail alone: CAIRN_OUTBOX_STALL, not the stall timeout.
-			if err := s.sweepFinishing(ctx, w); err != nil {
-				s.log.Warn("sweeping a finishing run", slog.String("run_id", w.rec.RunID), slog.Any("error", err))
-			}
-			continue
 		}
-		if now := s.cfg.Now(); w.rec.Status != kc.Undoing && now.Sub(w.progress.began()) >= s.cfg.StallTimeout {
-			cause := fmt.Errorf("no progress for %s (CAIRN_STALL_TIMEOUT %s): status %s, waiting on %s", now.Sub(w.progress.began()).Round(time.Second), s.cfg.StallTimeout, w.rec.Status, cmpStep(w.rec.Current()))
-			if err := s.handOver(ctx, w.rec.RunID, w.rec.Current(), reasonStall, cause, w.unchanged); err != nil {
-				s.log.Warn("handing over a stalled run", slog.String("run_id", w.rec.RunID), slog.Any("error", err))
-			}
-			continue
+		// A finishing run waits on its mail alone: CAIRN_OUTBOX_STALL, not the stall timeout.
+		if err := s.sweepFinishing(ctx, w); err != nil {
+			s.log.Warn("sweeping a finishing run", slog.String("run_id", w.rec.RunID), slog.Any("error", err))
 		}
-		if err := s.sweepRun(ctx, w.rec, w.rev, startup); err != nil {
-			s.log.Warn("sweeping run", slog.String("run_id", w.rec.RunID), slog.Any("error", err))
+		return
+	}
+	if now := s.cfg.Now(); w.rec.Status != kc.Undoing && now.Sub(w.progress.began()) >= s.cfg.StallTimeout {
+		cause := fmt.Errorf("no progress for %s (CAIRN_STALL_TIMEOUT %s): status %s, waiting on %s", now.Sub(w.progress.began()).Round(time.Second), s.cfg.StallTimeout, w.rec.Status, cmpStep(w.rec.Current()))
+		if err := s.handOver(ctx, w.rec.RunID, w.rec.Current(), reasonStall, cause, w.unchanged); err != nil {
+			s.log.Warn("handing over a stalled run", slog.String("run_id", w.rec.RunID), slog.Any("error", err))
 		}
+		return
+	}
+	if err := s.sweepRun(ctx, w.rec, w.rev, startup); err != nil {
+		s.log.Warn("sweeping run", slog.String("run_id", w.rec.RunID), slog.Any("error", err))
 	}
 }
 

@@ -235,7 +235,12 @@ func TestSweepLeavesRunsThatAreNotRunning(t *testing.T) {
 	revs := map[string]uint64{}
 	for _, st := range []kc.Status{kc.Cancelled, kc.HandedOver, kc.WaitingApproval, kc.Done} {
 		id := strings.ReplaceAll(string(st), "_", "-")
-		revs[id] = f.create(t, id, func(r *kc.Record) { r.Status = st })
+		revs[id] = f.create(t, id, func(r *kc.Record) {
+			r.Status = st
+			if st == kc.WaitingApproval { // a run waits on a plan (Record.Check)
+				r.Approval = &kc.Approval{Step: "c", PlanDigest: "sha256:plan", Since: r.CreatedAt}
+			}
+		})
 	}
 	f.observeAll(t, s)
 

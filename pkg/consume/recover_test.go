@@ -1,0 +1,78 @@
+package consume_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/pkg/consume"
+)
+
+// A handler that panics: Recover hands settle an ErrPanic naming the value, terms the
+// message (it is not delivered again), and the loop goes on with the next one.
+func TestRecoverTermsAndRecords(t *testing.T) {
+	js, cons := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	settled := make(chan error, 4)
+	seen := make(chan string, 4)
+	handle := func(m jetstream.Msg) {
+		defer consume.Recover(slog.New(slog.DiscardHandler), m, func(err error) { settled <- err })
+		seen <- m.Subject()
+		if m.Subject() == "work.bad" {
+			panic("a bug")
+		}
+		_ = m.Ack()
+	}
+	done := start(ctx, cons, handle)
+	for _, subj := range []string{"work.bad", "work.good"} {
+		if _, err := js.Publish(ctx, subj, []byte("job")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []string{"work.bad", "work.good"} {
+		select {
+		case got := <-seen:
+			if got != want {
+				t.Fatalf("handled %s, want %s (the panicking message delivered again?)", got, want)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s not handled", want)
+		}
+	}
+	select {
+	case err := <-settled:
+		if !errors.Is(err, consume.ErrPanic) {
+			t.Fatalf("settle got %v, want ErrPanic", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("settle not called")
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumAckPending == 0 && info.NumPending == 0 && info.NumRedelivered == 0 {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("consumer: %d pending ack, %d redelivered; want both settled once", info.NumAckPending, info.NumRedelivered)
+		}
+	}
+	cancel()
+	if err := wait(t, done); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if len(settled) != 0 {
+		t.Fatalf("settle called again: %v", <-settled)
+	}
+}
