@@ -30,7 +30,7 @@ test: vet
 # plain go test runs the seed corpora; this mutates them. New coverage is not minimised
 # (-fuzzminimizetime=1x): the embedded nats-server's own coverage makes most inputs "new".
 # A failure leaves its input under the package's testdata/fuzz/ for go test to replay.
-FUZZTIME ?= 20s
+FUZZTIME ?= 10s
 FUZZ_TARGETS = ./pkg/supervisor:FuzzSupervisor ./pkg/runner:FuzzRunnerProtocol ./pkg/kvcheckpoint:FuzzCheck
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
