@@ -21,4 +21,9 @@ var (
 	ErrInvalid = errors.New("invalid row")
 	// ErrUnsupportedDSN means the DSN names a database Open cannot open.
 	ErrUnsupportedDSN = errors.New("unsupported DSN")
+	// ErrNotNegation means a reversal is not the exact negation of the row it names (another
+	// amount, quantity, run, line or supplier), or names a row that is itself a reversal.
+	ErrNotNegation = errors.New("reversal is not the negation of its row")
+	// ErrAlreadyReversed means the row a reversal names has a reversal under another key.
+	ErrAlreadyReversed = errors.New("row reversed already")
 )

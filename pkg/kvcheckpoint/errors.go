@@ -28,4 +28,7 @@ var (
 	ErrTooManyCommands = errors.New("too many commands waiting")
 	// ErrSkip, returned by a mutation, writes nothing.
 	ErrSkip = errors.New("nothing to write")
+	// ErrForged: the record is not signed by a registered service that may write it as it
+	// stands (sign.go); it comes with ErrCorrupt, and is treated as a damaged record.
+	ErrForged = errors.New("checkpoint not signed by a writer allowed to write it")
 )

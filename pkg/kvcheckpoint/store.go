@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/pkg/identity"
 )
 
 // Bucket is the default name of the checkpoint bucket.
@@ -28,9 +30,13 @@ type Store struct {
 	bucket string
 	epoch  string
 	now    func() time.Time
+	signer *identity.Signer // nil: records are written unsigned
+	ring   *identity.Ring   // nil: records read are not checked (sign.go)
+	roles  Roles
 
-	conflicts atomic.Int64
-	written   written
+	// Shared by the stores As makes of this one.
+	conflicts *atomic.Int64
+	written   *written
 }
 
 // Option changes how a Store behaves.
@@ -62,7 +68,8 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, opts ...Op
 	if epoch == "" {
 		return nil, fmt.Errorf("bucket %q: %w", bucket, ErrNoEpoch)
 	}
-	s := &Store{nc: js.Conn(), kv: kv, bucket: bucket, epoch: epoch, now: time.Now}
+	s := &Store{nc: js.Conn(), kv: kv, bucket: bucket, epoch: epoch, now: time.Now, roles: DefaultRoles,
+		conflicts: &atomic.Int64{}, written: &written{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -83,7 +90,7 @@ func (s *Store) KV() jetstream.KeyValue { return s.kv }
 func (s *Store) Create(ctx context.Context, r *Record) (uint64, error) {
 	s.stamp(nil, r)
 	r.Epoch = s.epoch
-	b, err := Encode(r)
+	b, err := encode(r, s.signer)
 	if err != nil {
 		return 0, err
 	}
@@ -114,17 +121,20 @@ func (s *Store) load(ctx context.Context, runID string) (*Record, uint64, []byte
 	if err != nil {
 		return nil, 0, nil, fmt.Errorf("loading checkpoint %q: %w", runID, err)
 	}
-	r, err := s.decode(runID, e.Value())
+	r, err := s.decode(ctx, runID, e.Value(), e.Revision())
 	return r, e.Revision(), e.Value(), err
 }
 
-func (s *Store) decode(runID string, b []byte) (*Record, error) {
+func (s *Store) decode(ctx context.Context, runID string, b []byte, rev uint64) (*Record, error) {
 	r, err := Decode(b)
 	if err != nil {
 		return nil, fmt.Errorf("loading checkpoint %q: %w", runID, err)
 	}
 	if r.Epoch != s.epoch {
 		return nil, fmt.Errorf("loading checkpoint %q: epoch %q, bucket's %q: %w", runID, r.Epoch, s.epoch, ErrForeignEpoch)
+	}
+	if err := s.Check(ctx, r, rev); err != nil {
+		return nil, fmt.Errorf("loading checkpoint %q: %w", runID, err)
 	}
 	return r, nil
 }
@@ -164,7 +174,7 @@ func (s *Store) LoadAuthoritative(ctx context.Context, runID string) (*Record, u
 	if bytes.Contains(resp.Message.Hdrs, []byte("KV-Operation")) {
 		return nil, 0, fmt.Errorf("reading checkpoint %q from the leader: %w", runID, ErrNotFound)
 	}
-	r, err := s.decode(runID, resp.Message.Data)
+	r, err := s.decode(ctx, runID, resp.Message.Data, resp.Message.Seq)
 	return r, resp.Message.Seq, err
 }
 
@@ -192,7 +202,7 @@ func (s *Store) MutateFrom(ctx context.Context, cur *Record, rev uint64, runID s
 			return cur, rev, err
 		}
 		s.stamp(cur, next)
-		b, err := encodeFit(next)
+		b, err := encodeFit(next, s.signer)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -236,7 +246,7 @@ func (s *Store) since(ctx context.Context, runID string, after uint64, written [
 	if last.Operation() != jetstream.KeyValuePut {
 		return landed, nil, 0, fmt.Errorf("re-reading checkpoint %q: %w", runID, ErrNotFound)
 	}
-	latest, err = s.decode(runID, last.Value())
+	latest, err = s.decode(ctx, runID, last.Value(), last.Revision())
 	return landed, latest, last.Revision(), err
 }
 
