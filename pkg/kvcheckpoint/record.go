@@ -63,8 +63,8 @@ type Record struct {
 	Approval          *Approval        `json:"approval"`
 	Handover          *string          `json:"handover"`
 	Undo              *Undo            `json:"undo"`
-	Commands          []Command        `json:"commands"` // schema 3
-	Progress          *Progress        `json:"progress"` // schema 4; null until an attempt of the current step counts it
+	Commands          []Command        `json:"commands"`      // schema 3
+	Progress          *Progress        `json:"progress"`      // schema 4; null until an attempt of the current step counts it
 	Sig               *identity.Sig    `json:"sig,omitempty"` // the writer's signature of sum (sign.go); absent when unsigned
 	Sum               string           `json:"sum"`
 }

@@ -124,8 +124,8 @@ func (ro Roles) Allowed(r *Record, by string) error {
 		switch {
 		case s == cur, // its step in hand
 			i+1 < len(r.Pipeline) && r.Pipeline[i+1] == cur, // its commit
-			cur == "" && i == len(r.Pipeline)-1,              // the last commit, a finishing run settled
-			r.Approval != nil && r.Approval.Step == s:         // its plan
+			cur == "" && i == len(r.Pipeline)-1,             // the last commit, a finishing run settled
+			r.Approval != nil && r.Approval.Step == s:       // its plan
 			return nil
 		}
 	}
