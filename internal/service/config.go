@@ -55,6 +55,8 @@ type Config struct {
 	NotifyWebhook   string        `envconfig:"NOTIFY_WEBHOOK"`
 	NotifySecret    string        `envconfig:"NOTIFY_SECRET"`
 	Faults          string        `envconfig:"FAULTS"`
+	SigningSeed     string        `envconfig:"SIGNING_SEED"`     // the one service's seed (keys.go)
+	SigningSeedDir  string        `envconfig:"SIGNING_SEED_DIR"` // <service>.seed files
 }
 
 // Load reads the environment, fills the derived defaults and validates.
@@ -79,6 +81,9 @@ func (c *Config) fill() {
 	}
 	if c.MailDir == "" {
 		c.MailDir = filepath.Join(c.DataDir, "mail")
+	}
+	if c.SigningSeedDir == "" {
+		c.SigningSeedDir = filepath.Join(c.DataDir, "keys")
 	}
 }
 

@@ -36,10 +36,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
+
+	"github.com/cairnhq/cairn/pkg/assets"
 )
 
 // Bucket is the KV bucket of the registered public keys, written by admin only.
-const Bucket = "cairn-keys"
+const Bucket = assets.BucketKeys
 
 // Key names in Bucket.
 const (

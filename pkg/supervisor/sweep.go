@@ -24,6 +24,9 @@ func (s *Supervisor) observe(e jetstream.KeyValueEntry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec, err := kc.Decode(e.Value())
+	if err == nil {
+		err = s.cfg.Store.Check(context.Background(), rec, e.Revision()) // a forged record is left out as a damaged one
+	}
 	if _, watched := s.runs[e.Key()]; watched && errors.Is(err, kc.ErrNewerSchema) {
 		s.log.Info("run left to a newer release", slog.String("run_id", e.Key()), slog.Any("error", err))
 	}
