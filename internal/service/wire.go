@@ -91,7 +91,7 @@ type Deps struct {
 	// CAIRN_METRICS_ADDR.
 	MetricsAddr net.Addr
 
-	running atomic.Bool // RunAll has opened the databases and started the services
+	running atomic.Bool                 // RunAll has opened the databases and started the services
 	signers map[string]*identity.Signer // each service's, set by RunAll (keys.go)
 
 	failOnce sync.Once
