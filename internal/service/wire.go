@@ -266,7 +266,7 @@ func (d *Deps) RunCompensator(ctx context.Context, env *night.Env) error {
 // RunSupervisor runs the supervisor until ctx ends.
 func (d *Deps) RunSupervisor(ctx context.Context) error {
 	s, err := supervisor.New(supervisor.Config{
-		JS: d.JS, Store: d.storeOf("supervisor"), Marks: d.Marks, Handovers: d.Handovers, NaturalKeys: d.Natural, Pipeline: night.Pipeline, Lease: d.Config.Lease,
+		JS: d.JS, Store: d.storeOf("supervisor"), Approvers: d.Ring, Marks: d.Marks, Handovers: d.Handovers, NaturalKeys: d.Natural, Pipeline: night.Pipeline, Lease: d.Config.Lease,
 		TakeoverGap: d.Config.TakeoverGap, Heartbeat: d.Config.Heartbeat, StallTimeout: d.Config.StallTimeout, ApprovalTimeout: d.Config.ApprovalTimeout, ReassignLimit: d.Config.ReassignLimit,
 		OutboxStall: d.Config.OutboxStall,
 		Now:         d.Now, Logger: d.Logger.With(slog.String("service", "supervisor")), Metrics: d.Metrics, Notify: d.notify, Faults: d.Faults,
