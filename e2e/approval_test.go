@@ -51,9 +51,10 @@ func TestApprovalByNatsPub(t *testing.T) {
 		t.Errorf("approval.since %q after the restart, was %q; want it kept", after.Approval.Since, before.Approval.Since)
 	}
 
-	n.publish(events.RunSubject(runID, events.VerbApprove), "")
+	// The approve names its approver by the registered key that signed it.
+	n.publish(events.RunSubject(runID, events.VerbApprove), signedApprove(t, after, "asha", n.approver("asha")))
 	rec := n.waitStatus(runLimit, kc.Done, kc.HandedOver)
-	if rec.Status != kc.Done || rec.Approval.By == nil || rec.Approval.PlanDigest != before.Approval.PlanDigest {
+	if rec.Status != kc.Done || rec.Approval.By == nil || *rec.Approval.By != "asha" || rec.Approval.PlanDigest != before.Approval.PlanDigest {
 		t.Fatalf("status %s, approval %+v", rec.Status, rec.Approval)
 	}
 	n.assertTruth()

@@ -37,7 +37,7 @@ func TestCLIGenStartApproveCancel(t *testing.T) {
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 	n.waitStatus(runLimit, kc.WaitingApproval)
-	if out, code := n.cli("approve", runID, "--by", "asha"); code != 0 {
+	if out, code := n.cli("approve", runID, "--by", "asha", "--seed", n.approver("asha")); code != 0 {
 		t.Fatalf("cairn approve (exit %d):\n%s", code, out)
 	}
 	if err := <-waited; err != nil {

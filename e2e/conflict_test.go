@@ -116,7 +116,7 @@ func TestChangedDebitNoteAfterCrashHandsOver(t *testing.T) {
 		first = msgs[0]
 		supplier := strings.TrimPrefix(first.Key, runID+":debit:")
 
-		store, err := kc.Open(ctx, js, assets.BucketRuns)
+		store, err := kc.Open(ctx, js, assets.BucketRuns, kc.WithSigner(n.signer("supervisor"))) // a person's change, through the supervisor's key
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -349,15 +349,16 @@ func TestNatsCLICancel(t *testing.T) {
 	}
 }
 
-// A run waiting for approval is approved by a plain nats pub of an empty approve command.
+// A run waiting for approval is approved by a plain nats pub of an approve command signed
+// by a registered approver.
 func TestNatsCLIApprove(t *testing.T) {
 	bin := natsCLI(t)
 	quickExit(t)
 	n := newNight(t, 0)
 	n.start(approvalEnv)
 	n.startRun()
-	n.waitingForApproval()
-	n.natsRun(bin, "pub", events.RunSubject(runID, events.VerbApprove), "")
+	waiting := n.waitingForApproval()
+	n.natsRun(bin, "pub", events.RunSubject(runID, events.VerbApprove), signedApprove(t, waiting, "asha", n.approver("asha")))
 	rec := n.waitStatus(runLimit, kc.Done, kc.HandedOver)
 	if rec.Status != kc.Done || rec.Approval == nil || rec.Approval.By == nil {
 		t.Fatalf("status %s, approval %+v", rec.Status, rec.Approval)

@@ -192,8 +192,11 @@ var (
 // cmdApprove lets a run that waits on a plan go on; the plan is printed first.
 func cmdApprove(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("approve", flag.ContinueOnError)
-	by := fs.String("by", os.Getenv("USER"), "who approves (recorded in the checkpoint)")
-	return runVerb(ctx, fs, args, approveSpec, func() events.Command { return events.Command{By: *by} })
+	by := fs.String("by", os.Getenv("USER"), "who approves: an approver registered with cairn approver add (recorded in the checkpoint)")
+	seed := fs.String("seed", os.Getenv("CAIRN_APPROVER_SEED_FILE"), "the file of the approver's seed, which signs the approval (default $CAIRN_APPROVER_SEED_FILE)")
+	return runVerb(ctx, fs, args, approveSpec, func() events.Command { return events.Command{By: *by} }, func(r *kc.Record, c *events.Command) error {
+		return signApproval(r, c, *seed)
+	})
 }
 
 // cmdReject refuses a waiting plan: the run is undone.
@@ -234,7 +237,7 @@ func cmdRerun(ctx context.Context, args []string) error {
 
 // runVerb sends one run command to RUN, or with --where to every run the query matches
 // (after a confirmation unless --yes), printing what it did run by run.
-func runVerb(ctx context.Context, fs *flag.FlagSet, args []string, spec verbSpec, cmd func() events.Command) error {
+func runVerb(ctx context.Context, fs *flag.FlagSet, args []string, spec verbSpec, cmd func() events.Command, sign ...func(*kc.Record, *events.Command) error) error {
 	where := fs.String("where", "", "act on every run matching QUERY: comma-separated key=value with keys status, step (the current step), warehouse, date")
 	yes := fs.Bool("yes", false, "with --where: do not ask for confirmation")
 	wait := fs.Bool("wait", false, "follow the run until it is done; exit 3 when it is handed over")
@@ -263,6 +266,9 @@ func runVerb(ctx context.Context, fs *flag.FlagSet, args []string, spec verbSpec
 		return err
 	}
 	defer s.close()
+	if len(sign) > 0 {
+		s.sign = sign[0]
+	}
 	if *where == "" {
 		return s.send(ctx, pos[0], spec, c, *wait)
 	}
@@ -361,6 +367,7 @@ type sender struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	store *kc.Store
+	sign  func(*kc.Record, *events.Command) error // signs a command for the record it acts on; may be nil
 }
 
 func newSender(ctx context.Context) (*sender, error) {
@@ -413,6 +420,11 @@ func (s *sender) send(ctx context.Context, runID string, spec verbSpec, c events
 	}
 	if err := spec.may(rec); err != nil {
 		return err
+	}
+	if s.sign != nil {
+		if err := s.sign(rec, &c); err != nil {
+			return err
+		}
 	}
 	typ, _ := events.CommandType(spec.verb)
 	c.RequestID = "cli-" + nuid.Next()

@@ -47,6 +47,11 @@ func cmdInit(ctx context.Context, args []string) error {
 		fmt.Println("updated " + ch)
 	}
 	fmt.Println("every asset exists and matches its definition")
+	seal, err := service.RegisterKeys(ctx, js, c, service.Services()...)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("every service's signing key is registered (seeds in %s); unsigned records accepted up to revision %d\n", c.SigningSeedDir, seal.Runs)
 	return nil
 }
 
@@ -80,6 +85,9 @@ func cmdDev(ctx context.Context, args []string) error {
 	}
 	defer nc.Close()
 	if err := assets.Ensure(ctx, js, c.Assets()); err != nil {
+		return err
+	}
+	if _, err := service.RegisterKeys(ctx, js, c, service.Services()...); err != nil {
 		return err
 	}
 	level := slog.LevelWarn

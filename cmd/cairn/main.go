@@ -28,7 +28,8 @@ commands:
   resume    resume a handed-over or cancelled run (--after-fix once the cause is fixed)
   cancel    stop a run at the next step boundary (it can be resumed)
   rerun     run a run again from a step (--from STEP), keeping the earlier steps' outputs
-  approve   let a run that waits on a plan (CAIRN_APPROVAL_STEPS) go on (--by NAME)
+  approve   let a run that waits on a plan (CAIRN_APPROVAL_STEPS) go on (--by NAME --seed FILE: signed)
+  approver  approver add NAME PUBKEY (or --new-seed FILE): register who may approve, by their key
   reject    refuse a waiting plan: the run is undone
   undo      reverse a run's effects, newest first (--supplier ID or --step STEP for part of it)
             (resume, cancel, rerun and undo also act on every run matching --where 'status=…,step=…')
@@ -56,7 +57,7 @@ func main() {
 	cmds := map[string]func(context.Context, []string) error{
 		"init": cmdInit, "dev": cmdDev, "gen": cmdGen, "start": cmdStart, "status": cmdStatus, "demo": cmdDemo,
 		"handovers": cmdHandovers, "resume": cmdResume, "cancel": cmdCancel, "rerun": cmdRerun, "undo": cmdUndo, "faultmap": cmdFaultmap,
-		"runs": cmdRuns, "timeline": cmdTimeline, "approve": cmdApprove, "reject": cmdReject, "diff": cmdDiff, "fences": cmdFences, "chaos": cmdChaos, "bench": cmdBench,
+		"runs": cmdRuns, "timeline": cmdTimeline, "approve": cmdApprove, "approver": cmdApprover, "reject": cmdReject, "diff": cmdDiff, "fences": cmdFences, "chaos": cmdChaos, "bench": cmdBench,
 		"ready": cmdReady,
 	}
 	name := os.Args[1]

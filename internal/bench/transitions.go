@@ -15,6 +15,7 @@ import (
 
 	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/identity"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/runner"
@@ -217,10 +218,17 @@ func cairnTransitions(ctx context.Context, c TransitionsConfig, dir string, res 
 	if err := assets.Ensure(ctx, js, assets.Config{Steps: def.Names()}); err != nil {
 		return err
 	}
-	store, err := kc.Open(ctx, js, assets.BucketRuns)
+	// Every record signed by its writer and checked by its reader, as in a deployment.
+	signers, ring, err := benchSigners(def.Names())
 	if err != nil {
 		return err
 	}
+	store, err := kc.Open(ctx, js, assets.BucketRuns, kc.WithRing(ring), kc.WithRoles(kc.Roles{
+		Supervisor: "bench", StepService: func(step string) string { return "bench-" + step }}))
+	if err != nil {
+		return err
+	}
+	starter := store.As(signers["bench"])
 	art, err := artifacts.Open(ctx, js, assets.ObjectArtifacts)
 	if err != nil {
 		return err
@@ -250,7 +258,7 @@ func cairnTransitions(ctx context.Context, c TransitionsConfig, dir string, res 
 	errc := make(chan error, len(def.Steps))
 	for _, s := range def.Steps {
 		r, err := runner.New(runner.Config{
-			JS: js, Store: store, Artifacts: art, Handovers: handovers, Pipeline: def, StepName: s.Name,
+			JS: js, Store: store.As(signers["bench-"+s.Name]), Artifacts: art, Handovers: handovers, Pipeline: def, StepName: s.Name,
 			Step: noop{size: c.OutputSize}, Service: "bench-" + s.Name, Concurrency: c.Concurrency,
 			Finishing: finishing, StopGrace: time.Second,
 		})
@@ -287,7 +295,7 @@ func cairnTransitions(ctx context.Context, c TransitionsConfig, dir string, res 
 			return ctx.Err()
 		}
 		runID := fmt.Sprintf("bench-%06d", i+1)
-		rev, err := store.Create(ctx, kc.New(runID, kc.Params{Warehouse: "bench", Date: "2026-10-13"}, def.Names(), began.UTC().Format(time.RFC3339)))
+		rev, err := starter.Create(ctx, kc.New(runID, kc.Params{Warehouse: "bench", Date: "2026-10-13"}, def.Names(), began.UTC().Format(time.RFC3339)))
 		if err != nil {
 			return fmt.Errorf("starting run %s: %w", runID, err)
 		}
@@ -351,4 +359,26 @@ func checkRuns(ctx context.Context, kv jetstream.KeyValue, runs int, def pipelin
 		res.CheckpointBytes = max(res.CheckpointBytes, len(e.Value()))
 	}
 	return nil
+}
+
+// benchSigners makes a signer for the bench's starter and for each step's service, and the
+// ring of their keys.
+func benchSigners(steps []string) (map[string]*identity.Signer, *identity.Ring, error) {
+	out := map[string]*identity.Signer{}
+	pubs := map[string]string{}
+	for _, name := range append([]string{"bench"}, steps...) {
+		if name != "bench" {
+			name = "bench-" + name
+		}
+		seed, err := identity.NewSeed()
+		if err != nil {
+			return nil, nil, err
+		}
+		sg, err := identity.NewSigner(name, seed)
+		if err != nil {
+			return nil, nil, err
+		}
+		out[name], pubs[name] = sg, sg.PublicKey()
+	}
+	return out, identity.NewRing(pubs, identity.Seal{}), nil
 }

@@ -25,4 +25,9 @@ var (
 	// database (which does not exist), or the role's privileges. Trying again with the
 	// same DSN cannot help.
 	ErrRefused = errors.New("the database refused the DSN")
+	// ErrNotNegation means a reversal is not the exact negation of the row it names (another
+	// amount, quantity, run, line or supplier), or names a row that is itself a reversal.
+	ErrNotNegation = errors.New("reversal is not the negation of its row")
+	// ErrAlreadyReversed means the row a reversal names has a reversal under another key.
+	ErrAlreadyReversed = errors.New("row reversed already")
 )

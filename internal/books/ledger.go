@@ -76,10 +76,8 @@ func (l *Ledger) Post(ctx context.Context, t fence.Token, e Entry) (inserted boo
 			return err
 		}
 		if e.Reverses != "" {
-			if _, ok, err := l.get(ctx, tx, e.Reverses); err != nil {
+			if err := l.checkReversal(ctx, tx, e); err != nil {
 				return err
-			} else if !ok {
-				return fmt.Errorf("reversed key %q: %w", e.Reverses, ErrNoOriginal)
 			}
 		}
 		res, err := tx.ExecContext(ctx, l.db.q(`INSERT INTO `+l.t.ledger+

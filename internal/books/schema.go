@@ -19,6 +19,9 @@ var tableTemplates = []string{
 	`CREATE TABLE IF NOT EXISTS %[1]sstock_levels(warehouse TEXT NOT NULL, sku TEXT NOT NULL, qty INTEGER NOT NULL, value_paise INTEGER NOT NULL,
   PRIMARY KEY (warehouse, sku))`,
 	`CREATE TABLE IF NOT EXISTS %[1]sfences(run_id TEXT PRIMARY KEY, epoch TEXT NOT NULL, token INTEGER NOT NULL)`,
+	// A row is reversed at most once (reversal.go); NULLs (rows that reverse nothing) repeat.
+	`CREATE UNIQUE INDEX IF NOT EXISTS %[1]sledger_entries_reverses ON %[1]sledger_entries(reverses)`,
+	`CREATE UNIQUE INDEX IF NOT EXISTS %[1]sstock_adjustments_reverses ON %[1]sstock_adjustments(reverses)`,
 }
 
 const shadowPrefix = "shadow_"

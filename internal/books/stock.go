@@ -74,10 +74,8 @@ func (s *Stock) Apply(ctx context.Context, t fence.Token, a Adjustment) (inserte
 			return err
 		}
 		if a.Reverses != "" {
-			if _, ok, err := s.get(ctx, tx, a.Reverses); err != nil {
+			if err := s.checkReversal(ctx, tx, a); err != nil {
 				return err
-			} else if !ok {
-				return fmt.Errorf("reversed key %q: %w", a.Reverses, ErrNoOriginal)
 			}
 		}
 		res, err := tx.ExecContext(ctx, s.db.q(`INSERT INTO `+s.t.adjustments+

@@ -58,6 +58,8 @@ type Config struct {
 	NotifyWebhook   string        `envconfig:"NOTIFY_WEBHOOK"`
 	NotifySecret    Secret        `envconfig:"NOTIFY_SECRET"`
 	Faults          string        `envconfig:"FAULTS"`
+	SigningSeed     string        `envconfig:"SIGNING_SEED"`     // the one service's seed (keys.go)
+	SigningSeedDir  string        `envconfig:"SIGNING_SEED_DIR"` // <service>.seed files
 
 	// Bounded sizes: the largest document extract reads (a larger one is parked).
 	MaxDocumentBytes int64 `envconfig:"MAX_DOCUMENT_BYTES" default:"4194304"`
@@ -85,6 +87,9 @@ func (c *Config) fill() {
 	}
 	if c.MailDir == "" {
 		c.MailDir = filepath.Join(c.DataDir, "mail")
+	}
+	if c.SigningSeedDir == "" {
+		c.SigningSeedDir = filepath.Join(c.DataDir, "keys")
 	}
 }
 

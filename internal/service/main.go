@@ -27,6 +27,9 @@ func Services() []string {
 func Main(names ...string) {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	c, err := Load()
+	if err == nil {
+		_, err = c.Signers(names...)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -77,7 +80,10 @@ func flush(shutdown func(context.Context) error) {
 // process unready at once, naming it, then stops the others, within a bound, and RunAll
 // returns its error: the process exits non-zero and its supervisor (systemd, Kubernetes,
 // compose) restarts it.
-func (d *Deps) RunAll(ctx context.Context, names ...string) error {
+func (d *Deps) RunAll(ctx context.Context, names ...string) (err error) {
+	if d.signers, err = d.Config.Signers(names...); err != nil {
+		return err
+	}
 	env, closeEnv, err := d.NightEnv(ctx, names...)
 	if err != nil {
 		return err

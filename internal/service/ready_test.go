@@ -42,6 +42,9 @@ func TestReadinessFollowsTheNATSConnection(t *testing.T) {
 	if err := assets.Ensure(ctx, js, c.Assets()); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := RegisterKeys(ctx, js, c, Services()...); err != nil { // as cairn init does
+		t.Fatal(err)
+	}
 	svcCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	d, err := Open(svcCtx, c, js, quiet)

@@ -57,6 +57,9 @@ func TestServiceRefusesToStart(t *testing.T) {
 		if err := assets.Ensure(ctx, js, c.Assets()); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := RegisterKeys(ctx, js, c, Services()...); err != nil { // as cairn init does
+			t.Fatal(err)
+		}
 		other := c
 		other.AckWait = 2 * c.AckWait
 		_, err := Open(ctx, other, js, quiet)
@@ -67,6 +70,9 @@ func TestServiceRefusesToStart(t *testing.T) {
 	t.Run("metrics address wrong", func(t *testing.T) {
 		js := natstest.JetStream(t)
 		if err := assets.Ensure(ctx, js, c.Assets()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := RegisterKeys(ctx, js, c, Services()...); err != nil { // as cairn init does
 			t.Fatal(err)
 		}
 		c := c

@@ -28,6 +28,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/audit"
 	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/faults"
+	"github.com/cairnhq/cairn/pkg/identity"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/metrics"
 	"github.com/cairnhq/cairn/pkg/outbox"
@@ -75,6 +76,7 @@ type Deps struct {
 	Memo      jetstream.KeyValue
 	Natural   jetstream.KeyValue // cairn-natural-keys
 	Faults    *faults.Set
+	Ring      *identity.Ring // the registered keys every read is checked against
 	Logger    *slog.Logger
 	Now       func() time.Time
 	Metrics   *metrics.Metrics
@@ -85,7 +87,8 @@ type Deps struct {
 	// the services start: the process is ready then ("ready" on standard output).
 	Ready func()
 
-	running atomic.Bool // RunAll has opened the databases and started the services
+	running atomic.Bool                 // RunAll has opened the databases and started the services
+	signers map[string]*identity.Signer // each service's, set by RunAll (keys.go)
 
 	failOnce sync.Once
 	failed   chan struct{} // closed by fail
@@ -120,7 +123,10 @@ func Open(ctx context.Context, c Config, js jetstream.JetStream, log *slog.Logge
 	d := &Deps{Config: c, JS: js, Logger: log, Now: time.Now, Metrics: metrics.New(), failed: make(chan struct{})}
 	d.Metrics.SetReady(func() error { return d.ready(ctx) })
 	var err error
-	if d.Store, err = kc.Open(ctx, js, assets.BucketRuns, kc.WithClock(func() time.Time { return d.Now() }), kc.WithPipeline(night.Pipeline.Names())); err != nil {
+	if d.Ring, err = identity.OpenRing(ctx, js); err != nil {
+		return nil, fmt.Errorf("the signing keys (run cairn init): %w", err)
+	}
+	if d.Store, err = kc.Open(ctx, js, assets.BucketRuns, kc.WithClock(func() time.Time { return d.Now() }), kc.WithRing(d.Ring), kc.WithPipeline(night.Pipeline.Names())); err != nil {
 		return nil, err
 	}
 	d.Metrics.CounterFunc("cairn_cas_conflicts_total", "Checkpoint compare-and-set writes refused because another writer changed the record first.",
@@ -238,12 +244,13 @@ func (d *Deps) RunStep(ctx context.Context, env *night.Env, step string) error {
 	if !ok {
 		return fmt.Errorf("no step %q in the pipeline", step)
 	}
+	store := d.storeOf(step)
 	r, err := runner.New(runner.Config{
-		JS: d.JS, Store: d.Store, Artifacts: d.Artifacts, Handovers: d.Handovers, Pipeline: night.Pipeline,
+		JS: d.JS, Store: store, Artifacts: d.Artifacts, Handovers: d.Handovers, Pipeline: night.Pipeline,
 		StepName: step, Step: impl, Heartbeat: d.Config.Heartbeat, Lease: d.Config.Lease, TakeoverGap: d.Config.TakeoverGap,
 		RetryAttempts: d.Config.RetryAttempts, LoopGuard: d.Config.LoopGuard, ParkLimit: d.Config.RunnerParkLimit(),
 		MaxDeliver: d.Config.MaxDeliver, Faults: d.Faults, Now: d.Now, Logger: d.Logger.With(slog.String("service", step)),
-		Finishing: d.settle, StopGrace: d.Config.StopGrace, Metrics: d.Metrics, Concurrency: d.Config.StepConcurrency,
+		Finishing: d.settleAs(store), StopGrace: d.Config.StopGrace, Metrics: d.Metrics, Concurrency: d.Config.StepConcurrency,
 		Approval: slices.Contains(d.Config.ApprovalSteps, step), Notify: d.notify, CodeVersion: CodeVersion(),
 		// Unready at once: the step in hand still has its grace before Run returns.
 		Ended: func(err error) { d.fail(fmt.Errorf("service %s stopped: %w", step, err)) },
@@ -257,16 +264,22 @@ func (d *Deps) RunStep(ctx context.Context, env *night.Env, step string) error {
 	return r.Run(ctx)
 }
 
-func (d *Deps) settle(ctx context.Context, runID string) {
-	if _, err := supervisor.Settle(ctx, d.JS, d.Store, d.Marks, runID, d.Now); err != nil {
-		d.Logger.Warn("settling run", slog.String("run_id", runID), slog.Any("error", err))
+// settleAs settles a finishing run by store's signer.
+func (d *Deps) settleAs(store *kc.Store) func(ctx context.Context, runID string) {
+	return func(ctx context.Context, runID string) {
+		if _, err := supervisor.Settle(ctx, d.JS, store, d.Marks, runID, d.Now); err != nil {
+			d.Logger.Warn("settling run", slog.String("run_id", runID), slog.Any("error", err))
+		}
 	}
 }
+
+// storeOf is the checkpoint store that signs as service name (keys.go).
+func (d *Deps) storeOf(name string) *kc.Store { return d.Store.As(d.signers[name]) }
 
 // RunCompensator runs the compensator (undo) until ctx ends.
 func (d *Deps) RunCompensator(ctx context.Context, env *night.Env) error {
 	c, err := undo.New(undo.Config{
-		JS: d.JS, Store: d.Store, Ledger: env.Ledger, ERP: env.ERP, Marks: d.Marks, Heartbeat: d.Config.Heartbeat,
+		JS: d.JS, Store: d.storeOf("compensator"), Ledger: env.Ledger, ERP: env.ERP, Marks: d.Marks, Heartbeat: d.Config.Heartbeat,
 		TakeoverGap: d.Config.TakeoverGap, Faults: d.Faults, Now: d.Now, Logger: d.Logger, RetryAttempts: d.Config.RetryAttempts,
 	})
 	if err != nil {
@@ -278,7 +291,7 @@ func (d *Deps) RunCompensator(ctx context.Context, env *night.Env) error {
 // RunSupervisor runs the supervisor until ctx ends.
 func (d *Deps) RunSupervisor(ctx context.Context) error {
 	s, err := supervisor.New(supervisor.Config{
-		JS: d.JS, Store: d.Store, Marks: d.Marks, Handovers: d.Handovers, NaturalKeys: d.Natural, Pipeline: night.Pipeline, Lease: d.Config.Lease,
+		JS: d.JS, Store: d.storeOf("supervisor"), Approvers: d.Ring, Marks: d.Marks, Handovers: d.Handovers, NaturalKeys: d.Natural, Pipeline: night.Pipeline, Lease: d.Config.Lease,
 		TakeoverGap: d.Config.TakeoverGap, Heartbeat: d.Config.Heartbeat, StallTimeout: d.Config.StallTimeout, ApprovalTimeout: d.Config.ApprovalTimeout, ReassignLimit: d.Config.ReassignLimit,
 		OutboxStall: d.Config.OutboxStall,
 		Now:         d.Now, Logger: d.Logger.With(slog.String("service", "supervisor")), Metrics: d.Metrics, Notify: d.notify, Faults: d.Faults,
@@ -312,7 +325,7 @@ func (d *Deps) RunOutboxSender(ctx context.Context) error {
 		JS: d.JS, Transport: countingTransport{t, d.Metrics}, Logger: log, Timeout: turn, MaxBackoff: d.Config.OutboxBackoff,
 		Admit: outbox.RecordAdmission(d.Store), Faults: d.Faults,
 		Allow:  d.Config.allow(),
-		Marked: func(ctx context.Context, runID string) { d.settle(ctx, runID) },
+		Marked: d.settleAs(d.storeOf("outbox-sender")),
 		Dropped: func(ctx context.Context, m outbox.Message, reason string) {
 			d.Metrics.Outbox.WithLabelValues("dropped").Inc()
 			log.Warn("outbox message dropped", slog.String("run_id", m.RunID), slog.String("key", m.Key), slog.String("reason", reason))

@@ -341,27 +341,29 @@ func (c *Compensator) apply(ctx context.Context, ledger *books.Ledger, stock *bo
 	stamp := c.cfg.Now().UTC().Format(time.RFC3339Nano)
 	switch r.System {
 	case saga.Ledger:
-		var rev books.Entry
-		if err := json.Unmarshal(r.Payload, &rev); err != nil {
-			return false, err
-		}
-		rev.CreatedAt = stamp
-		made, err := ledger.Post(ctx, t, rev)
+		// The reversal is the negation of the row the ledger holds under the effect's key,
+		// never what the intent says it should be.
+		rev, err := ledger.Reversal(ctx, e.Intent.Key, stamp)
 		if errors.Is(err, books.ErrNoOriginal) {
 			return false, nil // the intent's write never landed: nothing to reverse
 		}
-		return made, err
-	case saga.Stock:
-		var rev books.Adjustment
-		if err := json.Unmarshal(r.Payload, &rev); err != nil {
+		if err != nil {
 			return false, err
 		}
-		rev.CreatedAt = stamp
-		made, err := stock.Apply(ctx, t, rev)
+		return ledger.Post(ctx, t, rev)
+	case saga.Stock:
+		var asked books.Adjustment
+		if err := json.Unmarshal(r.Payload, &asked); err != nil {
+			return false, err
+		}
+		rev, err := stock.Reversal(ctx, e.Intent.Key, asked.Reason, stamp)
 		if errors.Is(err, books.ErrNoOriginal) {
 			return false, nil
 		}
-		return made, err
+		if err != nil {
+			return false, err
+		}
+		return stock.Apply(ctx, t, rev)
 	case saga.Mail:
 		// Never handed to the sender: cancelled. Otherwise it may have gone: withdrawn.
 		cancelled, err := outbox.Cancel(ctx, c.cfg.Marks, rec.RunID, e.Intent.Key)

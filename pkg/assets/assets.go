@@ -32,6 +32,9 @@ const (
 	// by every instance (see package ratelimit).
 	BucketLimits    = "cairn-limits"
 	ObjectArtifacts = "cairn-artifacts"
+	// BucketKeys holds the services' and approvers' public keys and the seal (package
+	// identity); only admin writes it.
+	BucketKeys = "cairn-keys"
 
 	ConsumerControl     = "control"
 	ConsumerCompensator = "compensator"
@@ -166,6 +169,7 @@ func (c Config) Buckets() []jetstream.KeyValueConfig {
 		kv(BucketOutbox, 4),
 		kv(BucketNaturalKeys, 4),
 		kv(BucketLimits, 1),
+		kv(BucketKeys, 4),
 	}
 }
 

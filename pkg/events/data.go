@@ -3,6 +3,8 @@ package events
 import (
 	"fmt"
 	"time"
+
+	"github.com/cairnhq/cairn/pkg/identity"
 )
 
 // DateLayout is the layout of a run's date.
@@ -57,11 +59,12 @@ func (c StartCommand) RunIDOrDefault() string {
 
 // Command is the data of resume, approve, reject, cancel, rerun and undo.
 type Command struct {
-	RequestID string     `json:"request_id,omitempty"`
-	From      string     `json:"from,omitempty"`      // rerun --from STEP
-	AfterFix  bool       `json:"after_fix,omitempty"` // resume --after-fix
-	By        string     `json:"by,omitempty"`        // approve: who
-	Scope     *UndoScope `json:"scope,omitempty"`     // undo: what; nil or empty is the whole run
+	RequestID string        `json:"request_id,omitempty"`
+	From      string        `json:"from,omitempty"`      // rerun --from STEP
+	AfterFix  bool          `json:"after_fix,omitempty"` // resume --after-fix
+	By        string        `json:"by,omitempty"`        // approve: who
+	Sig       *identity.Sig `json:"sig,omitempty"`       // approve: by's signature of ApprovalMessage (approve.go)
+	Scope     *UndoScope    `json:"scope,omitempty"`     // undo: what; nil or empty is the whole run
 }
 
 // UndoScope narrows an undo to one supplier or one step.

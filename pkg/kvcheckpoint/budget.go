@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/cairnhq/cairn/pkg/events"
+	"github.com/cairnhq/cairn/pkg/identity"
 )
 
 // The record's budget. A record is at most MaxSize bytes whatever the size of the run: what a
@@ -65,17 +66,18 @@ const (
 	slack         = 192
 )
 
-// Size is the length of r as Encode stores it, even over MaxSize.
+// Size is the length of r as a Store stores it, signed (with room for the longest
+// signature), even over MaxSize.
 func Size(r *Record) (int, error) {
-	sum := r.Sum
-	defer func() { r.Sum = sum }()
+	sum, sig := r.Sum, r.Sig
+	defer func() { r.Sum, r.Sig = sum, sig }()
 	b, err := Encode(r)
 	if err == nil {
-		return len(b), nil
+		return len(b) + signatureRoom, nil
 	}
 	var big *tooLarge
 	if asTooLarge(err, &big) {
-		return big.size, nil
+		return big.size + signatureRoom, nil
 	}
 	return 0, err
 }
@@ -316,8 +318,8 @@ func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 
 // encodeFit encodes r for a write: as Encode, but a record over MaxSize first gives up its
 // diagnostics (Fit).
-func encodeFit(r *Record) ([]byte, error) {
-	b, err := Encode(r)
+func encodeFit(r *Record, sg *identity.Signer) ([]byte, error) {
+	b, err := encode(r, sg)
 	var big *tooLarge
 	if err == nil || !asTooLarge(err, &big) {
 		return b, err
@@ -325,7 +327,7 @@ func encodeFit(r *Record) ([]byte, error) {
 	if ferr := Fit(r); ferr != nil {
 		return nil, ferr
 	}
-	return Encode(r)
+	return encode(r, sg)
 }
 
 // tooLarge is the error Encode returns for a record over MaxSize, with its size.

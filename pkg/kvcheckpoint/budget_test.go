@@ -131,7 +131,8 @@ func TestRoomLeavesEveryLaterStepItsCommitAndAFailure(t *testing.T) {
 			promised = kc.Room(r) >= 0
 		}
 	}
-	if kept < 50 || inlined < 30 {
+	// The room a signature takes (sign.go) leaves fewer outputs inline than before.
+	if kept < 20 || inlined < 12 {
 		t.Errorf("only %d steps started on a promise and %d outputs went inline: the test proves little", kept, inlined)
 	}
 	t.Logf("%d steps started on a promise, %d outputs inline", kept, inlined)

@@ -30,7 +30,9 @@ type canonical struct {
 	mem    []member
 	names  []string // scratch for sorting step names
 	hasSum bool
+	hasSig bool
 	sumAt  int // canonicalRecord: where "sum" goes in out, between stock_snapshot and undo
+	sigAt  int // canonicalRecord: where "sig" goes in out, between schema and source_fingerprint
 	// canonicalRecord: embedded JSON values (inline outputs, undo scopes) whose canonical
 	// form in out differs from how encoding/json stores them, to be stored as it would.
 	verbatim []span
@@ -54,7 +56,7 @@ func putCanonical(c *canonical) {
 
 // canonicalize returns ok false when it cannot be sure of the answer (see canonical).
 func (c *canonical) canonicalize(src []byte) (ok bool) {
-	c.src, c.pos, c.out, c.sum, c.hasSum = src, 0, c.out[:0], nil, false
+	c.src, c.pos, c.out, c.sum, c.hasSum, c.hasSig = src, 0, c.out[:0], nil, false, false
 	c.space()
 	if !c.object(true, 0) {
 		return false
@@ -134,6 +136,13 @@ func (c *canonical) object(top bool, depth int) bool {
 			if c.hasSum || !c.rawString() {
 				return false
 			}
+		} else if top && string(key) == "sig" {
+			// The signature is of the sum (sign.go): left out of what the sum covers.
+			vstart := len(c.out)
+			if c.hasSig || !c.value(depth) {
+				return false
+			}
+			c.out, c.hasSig = c.out[:vstart], true
 		} else {
 			vstart := len(c.out)
 			if !c.value(depth) {

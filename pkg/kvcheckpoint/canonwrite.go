@@ -90,6 +90,7 @@ func (c *canonical) canonicalRecord(r *Record) (ok bool) {
 	c.string(r.RunID)
 	*w = append(*w, `,"schema":`...)
 	ok = c.int(int64(r.Schema)) && ok
+	c.sigAt = len(*w)
 	*w = append(*w, `,"source_fingerprint":`...)
 	c.strPtr(r.SourceFingerprint)
 	*w = append(*w, `,"status":`...)
@@ -273,10 +274,16 @@ func (c *canonical) raw(m json.RawMessage) bool {
 // stored is the record as Encode stores it: out (the canonical form) with the sum in its
 // place and each embedded value as encoding/json stores a json.RawMessage (compact, HTML
 // characters escaped), so an inline output keeps the bytes its digest covers.
-func (c *canonical) stored(sum string) []byte {
-	out := make([]byte, 0, len(c.out)+len(`,"sum":""`)+len(sum)+64)
+func (c *canonical) stored(sum string, sig []byte) []byte {
+	out := make([]byte, 0, len(c.out)+len(`,"sig":,"sum":""`)+len(sig)+len(sum)+64)
 	at := 0
 	copyTo := func(end int) {
+		if sig != nil && at <= c.sigAt && c.sigAt <= end {
+			out = append(out, c.out[at:c.sigAt]...)
+			out = append(out, `,"sig":`...)
+			out = append(out, sig...)
+			at, sig = c.sigAt, nil
+		}
 		if at <= c.sumAt && c.sumAt <= end {
 			out = append(out, c.out[at:c.sumAt]...)
 			out = append(out, `,"sum":"`...)

@@ -4,12 +4,15 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+
+	"github.com/cairnhq/cairn/pkg/identity"
 )
 
 // TestCloneIsDeep: a clone equals its original and shares no pointer, slice or map with it,
 // so a field added to the record without a copy in Clone fails here.
 func TestCloneIsDeep(t *testing.T) {
 	r := fullRecord()
+	r.Sig = &identity.Sig{By: "post-ledger", Sig: "c2ln"}
 	// Every output both inline and an object, so that every field is set.
 	r.StockSnapshot.Inline = json.RawMessage(`{"a":1}`)
 	full := r.Step("fetch")

@@ -70,6 +70,8 @@ func decodeRecord(b []byte) (*Record, bool) {
 			ok = d.progress(&r.Progress)
 		case "sum":
 			ok = d.str(&r.Sum)
+		case "sig":
+			ok = d.sig(&r.Sig)
 		default:
 			ok = false
 		}

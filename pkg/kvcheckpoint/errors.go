@@ -32,4 +32,7 @@ var (
 	// record Cairn writes keeps (invariants.go); it always comes wrapped with ErrCorrupt too,
 	// so it is treated as a corrupt record is: never acted on, handed over, the entry kept.
 	ErrInvariant = errors.New("checkpoint breaks an invariant")
+	// ErrForged: the record is not signed by a registered service that may write it as it
+	// stands (sign.go); it comes with ErrCorrupt, and is treated as a damaged record.
+	ErrForged = errors.New("checkpoint not signed by a writer allowed to write it")
 )

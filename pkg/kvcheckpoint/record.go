@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/cairnhq/cairn/pkg/identity"
 )
 
 // Schema is the version of the record layout this package writes. It reads every earlier
@@ -61,8 +63,9 @@ type Record struct {
 	Approval          *Approval        `json:"approval"`
 	Handover          *string          `json:"handover"`
 	Undo              *Undo            `json:"undo"`
-	Commands          []Command        `json:"commands"` // schema 3
-	Progress          *Progress        `json:"progress"` // schema 4; null until an attempt of the current step counts it
+	Commands          []Command        `json:"commands"`      // schema 3
+	Progress          *Progress        `json:"progress"`      // schema 4; null until an attempt of the current step counts it
+	Sig               *identity.Sig    `json:"sig,omitempty"` // the writer's signature of sum (sign.go); absent when unsigned
 	Sum               string           `json:"sum"`
 }
 
@@ -238,6 +241,7 @@ func (r *Record) Clone() *Record {
 	}
 	c.Handover = clonePtr(r.Handover)
 	c.Progress = clonePtr(r.Progress)
+	c.Sig = clonePtr(r.Sig)
 	if u := r.Undo; u != nil {
 		cu := *u
 		cu.Scope = slices.Clone(u.Scope)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/pkg/identity"
 )
 
 // Bucket is the default name of the checkpoint bucket.
@@ -30,11 +32,15 @@ type Store struct {
 	bucket string
 	epoch  string
 	now    func() time.Time
-	api    string   // the JetStream API's subject prefix, "$JS.API." unless a domain or prefix says
-	steps  []string // the pipeline every record must have (WithPipeline); nil: any
+	api    string           // the JetStream API's subject prefix, "$JS.API." unless a domain or prefix says
+	steps  []string         // the pipeline every record must have (WithPipeline); nil: any
+	signer *identity.Signer // nil: records are written unsigned
+	ring   *identity.Ring   // nil: records read are not checked (sign.go)
+	roles  Roles
 
-	conflicts atomic.Int64
-	written   written
+	// Shared by the stores As makes of this one.
+	conflicts *atomic.Int64
+	written   *written
 }
 
 // Option changes how a Store behaves.
@@ -72,7 +78,8 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, opts ...Op
 	if epoch == "" {
 		return nil, fmt.Errorf("bucket %q: %w", bucket, ErrNoEpoch)
 	}
-	s := &Store{nc: js.Conn(), kv: kv, bucket: bucket, epoch: epoch, now: time.Now, api: apiPrefix(js.Options())}
+	s := &Store{nc: js.Conn(), kv: kv, bucket: bucket, epoch: epoch, now: time.Now, api: apiPrefix(js.Options()), roles: DefaultRoles,
+		conflicts: &atomic.Int64{}, written: &written{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -93,7 +100,7 @@ func (s *Store) KV() jetstream.KeyValue { return s.kv }
 func (s *Store) Create(ctx context.Context, r *Record) (uint64, error) {
 	s.stamp(nil, r)
 	r.Epoch = s.epoch
-	b, err := Encode(r)
+	b, err := encode(r, s.signer)
 	if err != nil {
 		return 0, err
 	}
@@ -124,15 +131,18 @@ func (s *Store) load(ctx context.Context, runID string) (*Record, uint64, []byte
 	if err != nil {
 		return nil, 0, nil, fmt.Errorf("loading checkpoint %q: %w", runID, err)
 	}
-	r, err := s.decode(runID, e.Value())
+	r, err := s.decode(ctx, runID, e.Value(), e.Revision())
 	return r, e.Revision(), e.Value(), err
 }
 
-// DecodeEntry decodes the value of key as the store reads it: its sum, its invariants
-// (Record.Check, with the store's pipeline), its epoch. For watchers of the bucket.
-func (s *Store) DecodeEntry(key string, b []byte) (*Record, error) { return s.decode(key, b) }
+// DecodeEntry decodes the value of key at revision rev as the store reads it: its sum, its
+// invariants (Record.Check, with the store's pipeline), its epoch, its signature (Check). For
+// watchers of the bucket.
+func (s *Store) DecodeEntry(ctx context.Context, key string, b []byte, rev uint64) (*Record, error) {
+	return s.decode(ctx, key, b, rev)
+}
 
-func (s *Store) decode(runID string, b []byte) (*Record, error) {
+func (s *Store) decode(ctx context.Context, runID string, b []byte, rev uint64) (*Record, error) {
 	r, err := Decode(b)
 	if err == nil {
 		err = r.Check(runID, s.steps)
@@ -142,6 +152,9 @@ func (s *Store) decode(runID string, b []byte) (*Record, error) {
 	}
 	if r.Epoch != s.epoch {
 		return nil, fmt.Errorf("loading checkpoint %q: epoch %q, bucket's %q: %w", runID, r.Epoch, s.epoch, ErrForeignEpoch)
+	}
+	if err := s.Check(ctx, r, rev); err != nil {
+		return nil, fmt.Errorf("loading checkpoint %q: %w", runID, err)
 	}
 	return r, nil
 }
@@ -181,7 +194,7 @@ func (s *Store) LoadAuthoritative(ctx context.Context, runID string) (*Record, u
 	if bytes.Contains(resp.Message.Hdrs, []byte("KV-Operation")) {
 		return nil, 0, fmt.Errorf("reading checkpoint %q from the leader: %w", runID, ErrNotFound)
 	}
-	r, err := s.decode(runID, resp.Message.Data)
+	r, err := s.decode(ctx, runID, resp.Message.Data, resp.Message.Seq)
 	return r, resp.Message.Seq, err
 }
 
@@ -209,7 +222,7 @@ func (s *Store) MutateFrom(ctx context.Context, cur *Record, rev uint64, runID s
 			return cur, rev, err
 		}
 		s.stamp(cur, next)
-		b, err := encodeFit(next)
+		b, err := encodeFit(next, s.signer)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -260,7 +273,7 @@ func (s *Store) since(ctx context.Context, runID string, after uint64, written [
 	if last.op != "" {
 		return landed, nil, 0, fmt.Errorf("re-reading checkpoint %q: %w", runID, ErrNotFound)
 	}
-	latest, err = s.decode(runID, last.value)
+	latest, err = s.decode(ctx, runID, last.value, last.rev)
 	return landed, latest, last.rev, err
 }
 

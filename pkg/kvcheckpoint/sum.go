@@ -8,25 +8,32 @@ import (
 	"fmt"
 
 	"github.com/gowebpki/jcs"
+
+	"github.com/cairnhq/cairn/pkg/identity"
 )
 
 // MaxSize is the largest record this package writes.
 const MaxSize = 8 * 1024
 
-// sumTail is how a record marshalled with an empty sum ends: Sum is its last field.
+// sumTail is how a record marshalled with no signature and an empty sum ends: Sum is its
+// last field, after Sig (left out when nil).
 var sumTail = []byte(`"sum":""}`)
 
-// Encode marshals r with its sum set: sha256 of the RFC 8785 form of the record without "sum".
-// It stores that canonical form itself, with the sum in its sorted place and embedded values
-// (inline outputs) as encoding/json stores them, so a record is written once, not marshalled
-// and then canonicalized.
-func Encode(r *Record) ([]byte, error) {
-	r.Sum = ""
+// Encode marshals r with its sum set: sha256 of the RFC 8785 form of the record without "sum"
+// and "sig". It stores that canonical form itself, with the sum (and a signature) in its
+// sorted place and embedded values (inline outputs) as encoding/json stores them, so a record
+// is written once, not marshalled and then canonicalized. The record is unsigned (no sig); a
+// Store with a signer signs what it writes.
+func Encode(r *Record) ([]byte, error) { return encode(r, nil) }
+
+// encode is Encode, signed by sg when it is not nil.
+func encode(r *Record, sg *identity.Signer) ([]byte, error) {
+	r.Sum, r.Sig = "", nil
 	c := getCanonical()
 	defer putCanonical(c)
 	if c.canonicalRecord(r) {
 		r.Sum = digest(c.out)
-		return checkSize(r, c.stored(r.Sum))
+		return checkSize(r, c.stored(r.Sum, sign(r, sg)))
 	}
 	raw, err := json.Marshal(r)
 	if err != nil {
@@ -37,10 +44,15 @@ func Encode(r *Record) ([]byte, error) {
 		return nil, fmt.Errorf("summing checkpoint %q: %w", r.RunID, err)
 	}
 	r.Sum = sum
+	sig := sign(r, sg)
 	var out []byte
 	if bytes.HasSuffix(raw, sumTail) {
-		// The sum goes where the empty one was: one marshal, not two.
-		out = append(raw[:len(raw)-2:len(raw)-2], sum+`"}`...)
+		// The signature and the sum go where the empty ones were: one marshal, not two.
+		out = raw[: len(raw)-len(sumTail) : len(raw)-len(sumTail)]
+		if sig != nil {
+			out = append(append(append(out, `"sig":`...), sig...), ',')
+		}
+		out = append(out, `"sum":"`+sum+`"}`...)
 	} else if out, err = json.Marshal(r); err != nil {
 		return nil, fmt.Errorf("encoding checkpoint %q: %w", r.RunID, err)
 	}
@@ -146,6 +158,7 @@ func sumOfJCS(b []byte) (string, error) {
 		return "", err
 	}
 	delete(m, "sum")
+	delete(m, "sig")
 	without, err := json.Marshal(m)
 	if err != nil {
 		return "", err

@@ -363,6 +363,10 @@ func (s *Supervisor) approve(ctx context.Context, ev events.Event) error {
 		ap := r.Approval
 		switch {
 		case r.Status == kc.WaitingApproval && ap != nil && ap.By == nil:
+			var err error
+			if by, err = s.approver(ctx, ev.Subject, ap.PlanDigest, c, by); err != nil {
+				return err
+			}
 			at := s.stamp()
 			ap.By, ap.At = &by, &at
 			r.Status = kc.Running

@@ -17,6 +17,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/consume"
 	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/faults"
+	"github.com/cairnhq/cairn/pkg/identity"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/metrics"
 	"github.com/cairnhq/cairn/pkg/pipeline"
@@ -56,6 +57,9 @@ type Config struct {
 	Metrics         *metrics.Metrics // default: metrics of its own, not served
 	// Faults are the supervisor's crash points (supervisor.after-record); nil injects none.
 	Faults *faults.Set
+	// Approvers checks that an approve is signed by the registered approver it names
+	// (approver.go); nil takes the name an approve gives.
+	Approvers *identity.Ring
 	// Notify tells people of a handover, once per note id. May be nil.
 	Notify func(ctx context.Context, kind string, note runner.HandoverNote, generation int, token uint64)
 }
