@@ -30,6 +30,7 @@ commands:
   rerun     run a run again from a step (--from STEP), keeping the earlier steps' outputs
   approve   let a run that waits on a plan (CAIRN_APPROVAL_STEPS) go on (--by NAME --seed FILE: signed)
   approver  approver add NAME PUBKEY (or --new-seed FILE): register who may approve, by their key
+  seeds     seeds DIR: make each service's signing seed (DIR/<service>.seed) offline, for a deployment's secrets
   reject    refuse a waiting plan: the run is undone
   undo      reverse a run's effects, newest first (--supplier ID or --step STEP for part of it)
             (resume, cancel, rerun and undo also act on every run matching --where 'status=…,step=…')
@@ -58,7 +59,7 @@ func main() {
 		"init": cmdInit, "dev": cmdDev, "gen": cmdGen, "start": cmdStart, "status": cmdStatus, "demo": cmdDemo,
 		"handovers": cmdHandovers, "resume": cmdResume, "cancel": cmdCancel, "rerun": cmdRerun, "undo": cmdUndo, "faultmap": cmdFaultmap,
 		"runs": cmdRuns, "timeline": cmdTimeline, "approve": cmdApprove, "approver": cmdApprover, "reject": cmdReject, "diff": cmdDiff, "fences": cmdFences, "chaos": cmdChaos, "bench": cmdBench,
-		"ready": cmdReady,
+		"ready": cmdReady, "seeds": cmdSeeds,
 	}
 	name := os.Args[1]
 	if name == "-h" || name == "--help" || name == "help" {

@@ -33,7 +33,7 @@ func (c Config) Signers(names ...string) (map[string]*identity.Signer, error) {
 		return nil, fmt.Errorf("CAIRN_SIGNING_SEED is one service's seed, and this process runs %d services (%s): give each a file in CAIRN_SIGNING_SEED_DIR instead", len(names), strings.Join(names, ", "))
 	}
 	for _, name := range names {
-		seed := c.SigningSeed
+		seed := strings.TrimSpace(c.SigningSeed)
 		from := "CAIRN_SIGNING_SEED"
 		if seed == "" {
 			from = "CAIRN_SIGNING_SEED_DIR " + c.seedFile(name)
