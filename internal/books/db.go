@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -104,11 +105,15 @@ func (db *DB) createTables(ctx context.Context, stmts []string) error {
 	})
 }
 
-// createdTable is the table a CREATE TABLE IF NOT EXISTS statement creates.
+// createdTable is the table (or index) a CREATE ... IF NOT EXISTS statement creates.
 func createdTable(stmt string) string {
 	_, rest, _ := strings.Cut(stmt, "IF NOT EXISTS")
-	name, _, _ := strings.Cut(strings.TrimSpace(rest), "(")
-	return strings.TrimSpace(name)
+	rest = strings.TrimSpace(rest)
+	// The name ends at the column list of a table or at the ON of an index.
+	if i := strings.IndexFunc(rest, func(r rune) bool { return r == '(' || unicode.IsSpace(r) }); i >= 0 {
+		rest = rest[:i]
+	}
+	return rest
 }
 
 // Close closes the database; a nil DB (a database not opened) is a no-op.

@@ -169,6 +169,9 @@ func TestNotReadyBeforeTheDatabases(t *testing.T) {
 			if err := assets.Ensure(ctx, js, c.Assets()); err != nil {
 				t.Fatal(err)
 			}
+			if _, err := RegisterKeys(ctx, js, c, Services()...); err != nil { // as cairn init does
+				t.Fatal(err)
+			}
 			var logged bytes.Buffer
 			log := slog.New(slog.NewJSONHandler(&logged, nil))
 			ready := false
