@@ -84,11 +84,14 @@ func TestUntrustedTargets(t *testing.T) {
 		forged.RunID, forged.Status, forged.NextAction = forgedID, kc.Running, "forged"
 		forged.Step("report").Status = kc.InProgress
 		forged.Lease = &kc.Lease{Owner: "report/forger/1-abcdef", OwnerInbox: inbox, Token: 1, Step: "report", WriteID: "w-forged"}
-		b, err := kc.Encode(forged)
+		// Signed with report's own key, as a report service whose seed was stolen could: the
+		// signature and the role hold (the lease names report), so only the inbox's shape
+		// stands between the forgery and the victim. (Unsigned, it is refused as forged.)
+		st, err := kc.Open(ctx, js, assets.BucketRuns, kc.WithSigner(d.signer("report")))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := kv.Create(ctx, forgedID, b); err != nil {
+		if _, err := st.Create(ctx, forged); err != nil {
 			t.Fatalf("match writing the forged record: %v", err)
 		}
 		load := func(id string) *kc.Record {
