@@ -217,7 +217,7 @@ func TestNatsCLIStartAndInspect(t *testing.T) {
 	}
 	wantFields := []string{"schema", "run_id", "params", "created_at", "epoch", "status", "pipeline", "steps",
 		"source_fingerprint", "stock_snapshot", "lease", "next_action", "restarts", "generation", "requests",
-		"approval", "handover", "undo", "commands", "updated_at", "progressed_at", "progress", "sum"}
+		"approval", "handover", "undo", "commands", "updated_at", "progressed_at", "progress", "sig", "sum"}
 	if got := slices.Sorted(maps.Keys(fields)); !slices.Equal(got, slices.Sorted(slices.Values(wantFields))) {
 		t.Errorf("checkpoint fields %v, want %v", got, slices.Sorted(slices.Values(wantFields)))
 	}

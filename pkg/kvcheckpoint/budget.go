@@ -96,6 +96,20 @@ func Room(r *Record) int {
 	return room(p, ahead, true) - slack
 }
 
+// CommandRoom is what is left once the current step commits, or fails and is handed over,
+// with what writers other than the steps may still add (an approval, an undo, more command
+// ids): the room a command's effect must leave. Unlike Room it does not count the steps after
+// the current one: each of them checks its own room (StepRoom) before any outside effect, so
+// a rerun or a resume --after-fix of a whole run is not refused for what they may write.
+func CommandRoom(r *Record) int {
+	p := r.Clone()
+	var ahead []string
+	if c := p.Current(); c != "" && p.Index(c) >= 0 {
+		ahead = []string{c}
+	}
+	return room(p, ahead, true) - slack
+}
+
 // StepRoom is what is left once step commits with its outputs as objects, fails and is
 // handed over: the step's own writes, the steps after it and other writers not counted, the
 // verified steps' diagnostics given up (as Fit would). A step checks it before any outside
