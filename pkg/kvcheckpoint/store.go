@@ -162,40 +162,15 @@ func (s *Store) decode(ctx context.Context, runID string, b []byte, rev uint64) 
 // LoadAuthoritative reads the record from the stream leader (never a direct get that a
 // replica may answer stale).
 func (s *Store) LoadAuthoritative(ctx context.Context, runID string) (*Record, uint64, error) {
-	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + s.bucket + "." + runID})
-	msg, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+s.bucket, req)
+	last, err := s.leaderGet(ctx, msgGet{LastBySubject: s.subject(runID)})
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading checkpoint %q from the leader: %w", runID, err)
 	}
-	var resp struct {
-		Message *struct {
-			Seq  uint64 `json:"seq"`
-			Hdrs []byte `json:"hdrs"`
-			Data []byte `json:"data"`
-		} `json:"message"`
-		Error *struct {
-			Code        int    `json:"code"`
-			ErrCode     int    `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return nil, 0, fmt.Errorf("reading checkpoint %q from the leader: %w", runID, err)
-	}
-	if resp.Error != nil {
-		if resp.Error.ErrCode == 10037 { // no message found
-			return nil, 0, fmt.Errorf("reading checkpoint %q from the leader: %w", runID, ErrNotFound)
-		}
-		return nil, 0, fmt.Errorf("reading checkpoint %q from the leader: %s", runID, resp.Error.Description)
-	}
-	if resp.Message == nil {
-		return nil, 0, fmt.Errorf("reading checkpoint %q from the leader: empty answer", runID)
-	}
-	if bytes.Contains(resp.Message.Hdrs, []byte("KV-Operation")) {
+	if last == nil || last.op != "" {
 		return nil, 0, fmt.Errorf("reading checkpoint %q from the leader: %w", runID, ErrNotFound)
 	}
-	r, err := s.decode(ctx, runID, resp.Message.Data, resp.Message.Seq)
-	return r, resp.Message.Seq, err
+	r, err := s.decode(ctx, runID, last.value, last.rev)
+	return r, last.rev, err
 }
 
 // Mutate applies fn to the latest record and writes it by compare-and-set, re-reading and
