@@ -54,6 +54,39 @@ func (c Config) Signers(names ...string) (map[string]*identity.Signer, error) {
 	return out, errors.Join(errs...)
 }
 
+// EnsureSeed returns the public key of service name's seed, dir/<name>.seed, making the
+// folder (0700) and the seed (0600) when missing; a seed is never overwritten.
+func EnsureSeed(dir, name string) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, name+".seed")
+	seed, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		s, gerr := identity.NewSeed()
+		if gerr != nil {
+			return "", gerr
+		}
+		seed = []byte(s + "\n")
+		f, oerr := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if oerr != nil {
+			return "", oerr
+		}
+		_, err = f.Write(seed)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return "", err
+	}
+	pub, err := identity.PublicKeyOf(strings.TrimSpace(string(seed)))
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return pub, nil
+}
+
 // RegisterKeys registers the public key of every named service in cairn-keys, from its seed
 // in CAIRN_SIGNING_SEED_DIR (made there when missing), and records the seal once (package
 // identity): admin only, as cairn init and cairn dev run it. It returns the seal that holds.
@@ -62,26 +95,10 @@ func RegisterKeys(ctx context.Context, js jetstream.JetStream, c Config, names .
 	if err != nil {
 		return identity.Seal{}, fmt.Errorf("looking up bucket %s: %w", assets.BucketKeys, err)
 	}
-	if err := os.MkdirAll(c.SigningSeedDir, 0o700); err != nil {
-		return identity.Seal{}, fmt.Errorf("CAIRN_SIGNING_SEED_DIR %s: %w", c.SigningSeedDir, err)
-	}
 	for _, name := range names {
-		seed, err := os.ReadFile(c.seedFile(name))
-		if errors.Is(err, fs.ErrNotExist) {
-			s, gerr := identity.NewSeed()
-			if gerr != nil {
-				return identity.Seal{}, gerr
-			}
-			seed = []byte(s + "\n")
-			if err = os.WriteFile(c.seedFile(name), seed, 0o600); err != nil {
-				return identity.Seal{}, fmt.Errorf("CAIRN_SIGNING_SEED_DIR: %w", err)
-			}
-		} else if err != nil {
-			return identity.Seal{}, fmt.Errorf("CAIRN_SIGNING_SEED_DIR: %w", err)
-		}
-		pub, err := identity.PublicKeyOf(strings.TrimSpace(string(seed)))
+		pub, err := EnsureSeed(c.SigningSeedDir, name)
 		if err != nil {
-			return identity.Seal{}, fmt.Errorf("CAIRN_SIGNING_SEED_DIR %s: %w", c.seedFile(name), err)
+			return identity.Seal{}, fmt.Errorf("CAIRN_SIGNING_SEED_DIR: %w", err)
 		}
 		if have, err := identity.Registered(ctx, kv, name); err != nil {
 			return identity.Seal{}, err
