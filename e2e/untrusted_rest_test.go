@@ -137,6 +137,8 @@ func TestCLIWaitDamagedRecord(t *testing.T) {
 			t.Errorf("cairn start --wait ended with %v, want exit 3", err)
 		}
 	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		<-exited // its output is the test's to read only once it has ended
 		t.Fatalf("cairn start --wait still follows the damaged record after a minute:\n%s", out.String())
 	}
 	if s := errb.String(); !strings.Contains(s, "damaged") || !strings.Contains(s, "no approval") {
