@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/cairnhq/cairn/internal/undo"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
+	"github.com/cairnhq/cairn/pkg/faults"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/runner"
 )
@@ -67,6 +69,35 @@ func TestUndoPanicHandsOver(t *testing.T) {
 	// A person sees it: cairn status shows the note.
 	if out, code := n.cli("status", runID); code != 0 || !strings.Contains(out, "handed_over") || !strings.Contains(out, "panicked") {
 		t.Errorf("cairn status exited %d:\n%s", code, out)
+	}
+}
+
+// An undo that panics while it waits in the record for the run's lease (post-ledger stalls
+// holding it; the panic injected right after the compensator wrote the wait): the wait is
+// taken out of the record, which names the panic and the note, so the supervisor's sweep
+// does not send the undo again to panic again; the run stays cancelled for a person.
+func TestUndoPanicWhileWaiting(t *testing.T) {
+	n := newNight(t, 0)
+	stall := "post-ledger.before-write.10=stall:30s@once"
+	n.start("CAIRN_FAULTS="+stall+",undo.after-record=panic", "CAIRN_LEASE=90s", "CAIRN_ACK_WAIT=90s")
+	n.startRun()
+	if !poll(runLimit, func() bool { return faults.Fired(filepath.Join(n.dir, "faults"), stall) }) {
+		t.Fatalf("%s did not fire", stall)
+	}
+	n.publish(fmt.Sprintf("cairn.runs.%s.undo", runID), `{}`)
+	want := runID + ":handover:undo:panic"
+	rec := n.waitRecord(time.Minute, "the waiting undo handed over", func(r *kc.Record) bool { return r.Handover != nil && *r.Handover == want })
+	if rec.Status != kc.Cancelled || len(rec.Commands) != 0 || rec.Undo != nil || !strings.Contains(rec.NextAction, "cairn undo "+runID) {
+		t.Errorf("record: status %s, waiting %+v, undo %+v, next action %q; want cancelled, no wait, no undo, a person to undo again",
+			rec.Status, rec.Commands, rec.Undo, rec.NextAction)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if rej := n.rejectionsOf(ctx, runID); len(rej) != 1 || !strings.Contains(rej[0].Reason, "injected panic") {
+		t.Errorf("rejections %+v: want the undo command's, naming the panic", rej)
+	}
+	if c := n.audit(); c["undo.handover"] != 1 || c["undo.started"] != 0 {
+		t.Errorf("audit %v: want one undo.handover and no undo started", c)
 	}
 }
 

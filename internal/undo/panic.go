@@ -20,13 +20,16 @@ import (
 // panicAction is what a person decides after an undo panicked.
 const panicAction = "a person decides: fix what made the undo panic, then cairn undo %[1]s again (its reversals are keyed: none is made twice), or cairn resume %[1]s"
 
-// handoverPanic settles an undo command whose handling panicked. The command is rejected (on
-// cairn.rejected, with the panic) and consume.Recover terms it; and when the run is in an
-// undo this compensator holds, or one no one holds, the undo is handed over: a note naming
-// the panic, then the record (status handed_over, the lease released, the cursor kept) in
-// one compare-and-set. Without the handover the supervisor's sweep would send the undo
-// again once its lease expired, and it would panic again, for ever.
-func (c *Compensator) handoverPanic(ctx context.Context, m jetstream.Msg, nm *nats.Msg, seq uint64, cause error) {
+// handoverPanic settles an undo command (request id, "" before it decoded) whose handling
+// panicked. The command is rejected (on cairn.rejected, with the panic) and consume.Recover
+// terms it; and when the run is in an undo this compensator holds, or one no one holds, the
+// undo is handed over: a note naming the panic, then the record (status handed_over, the
+// lease released, the cursor kept) in one compare-and-set. Without the handover the
+// supervisor's sweep would send the undo again once its lease expired, and it would panic
+// again, for ever. An undo that panicked while it waited in the record for the run's lease
+// leaves it, the record naming the panic and the note, so the sweep does not send it again
+// either.
+func (c *Compensator) handoverPanic(ctx context.Context, m jetstream.Msg, nm *nats.Msg, seq uint64, id string, cause error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	runID, _, _ := events.ParseRunSubject(m.Subject())
@@ -37,12 +40,19 @@ func (c *Compensator) handoverPanic(ctx context.Context, m jetstream.Msg, nm *na
 		return
 	}
 	rec, rev, err := c.cfg.Store.Load(ctx, runID)
-	if err != nil || !c.handable(rec) {
-		return // no run, one not trusted (its readers hand it over), or not in an undo of ours
+	if err != nil {
+		return // no run, or one not trusted (its readers hand it over)
+	}
+	waiting := id != "" && c.waits(rec, id)
+	if !waiting && !c.handable(rec) {
+		return // not in an undo of ours: the rejection is all
+	}
+	if !waiting {
+		id = rec.Undo.RequestID
 	}
 	note := runner.HandoverNote{
 		ID: runID + ":handover:" + Step + ":panic", RunID: runID, Step: Step,
-		Error:      cut(fmt.Sprintf("the compensator panicked during undo %s: %v", rec.Undo.RequestID, cause), kc.MaxLastError),
+		Error:      cut(fmt.Sprintf("the compensator panicked during undo %s: %v", id, cause), kc.MaxLastError),
 		NextAction: fmt.Sprintf(panicAction, runID),
 		At:         c.cfg.Now().UTC().Format(time.RFC3339Nano),
 	}
@@ -54,11 +64,15 @@ func (c *Compensator) handoverPanic(ctx context.Context, m jetstream.Msg, nm *na
 		}
 	}
 	_, rev, err = c.cfg.Store.MutateFrom(ctx, rec, rev, runID, func(r *kc.Record) error {
-		if !c.handable(r) {
+		switch {
+		case waiting && c.waits(r, id):
+			r.DropCommand(id) // the lease stays its holder's; the run's status stays
+		case !waiting && c.handable(r):
+			r.Status = kc.HandedOver
+			r.Lease = nil
+		default:
 			return kc.ErrSkip
 		}
-		r.Status = kc.HandedOver
-		r.Lease = nil
 		r.Handover = &note.ID
 		r.NextAction = note.NextAction
 		return nil
@@ -70,7 +84,7 @@ func (c *Compensator) handoverPanic(ctx context.Context, m jetstream.Msg, nm *na
 		return
 	}
 	c.record(ctx, runID, "undo.handover", rev, cut(note.Error, 512))
-	c.log.Error("undo handed over: it panicked", slog.String("run_id", runID), slog.String("request_id", rec.Undo.RequestID),
+	c.log.Error("undo handed over: it panicked", slog.String("run_id", runID), slog.String("request_id", id), slog.Bool("waiting", waiting),
 		slog.String("handover", note.ID), slog.Any("error", cause))
 }
 
@@ -81,6 +95,12 @@ func (c *Compensator) handable(r *kc.Record) bool {
 		return false
 	}
 	return r.Lease == nil || (r.Lease.Step == Step && r.Lease.Owner == c.owner.Name)
+}
+
+// waits: the undo id waits in the record for the run's lease, in a record the compensator
+// may write (one it cancelled for the undo, or one with an undo of its own).
+func (c *Compensator) waits(r *kc.Record, id string) bool {
+	return r.Waiting(id) != nil && (r.Status == kc.Cancelled || r.Undo != nil)
 }
 
 func cut(s string, n int) string {

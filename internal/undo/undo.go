@@ -112,7 +112,8 @@ func (c *Compensator) Handle(ctx context.Context, m jetstream.Msg) {
 	nm := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
 	// A panic is a rejected undo, and a handover of the run's undo (handoverPanic);
 	// consume.Recover terms it.
-	defer consume.Recover(c.log, m, func(err error) { c.handoverPanic(ctx, m, nm, seq, err) })
+	var id string // the undo's request, once known
+	defer consume.Recover(c.log, m, func(err error) { c.handoverPanic(ctx, m, nm, seq, id, err) })
 	ev, err := events.DecodeCommand(nm, fmt.Sprintf("seq-%d", seq))
 	var cmd events.Command
 	if err == nil {
@@ -123,6 +124,7 @@ func (c *Compensator) Handle(ctx context.Context, m jetstream.Msg) {
 	}
 	if err == nil {
 		ev.ID = kc.RequestKey(cmp.Or(cmd.RequestID, ev.ID))
+		id = ev.ID
 		err = c.undo(ctx, m, ev.Subject, ev.ID, cmd.Scope, supervisor.Waiting(events.VerbUndo, ev, cmd, c.cfg.Now().UTC().Format(time.RFC3339Nano)))
 	}
 	var rej *rejection
