@@ -6,7 +6,11 @@ the repository and with each other: every service under services/ has a compose 
 and a Kubernetes Deployment that runs its binary, connects as its own NATS user with its own
 password, and (on Kubernetes) has a readiness probe; the busy steps run two instances; every
 user of nats/accounts.conf has a password in .env and every password variable the files use
-is there; the files kustomization.yaml names exist.
+is there; the files kustomization.yaml names exist. PostgreSQL as NATS: no service but the
+init steps connects as the owner of the tables; every other DSN names a role of
+postgres/roles/roles.sql, with its own password variable, on a database that role may
+connect to; a service whose role may connect to a database has that database's DSN and no
+other; the init's role step sets every role's password.
 """
 import glob
 import os
@@ -40,6 +44,10 @@ def load(path):
 
 def password_var(user):
     return "NATS_PASSWORD_" + user.upper().replace("-", "_")
+
+
+def pg_password_var(role):
+    return "POSTGRES_PASSWORD_" + role.upper()
 
 
 def url_users(url):
@@ -140,7 +148,145 @@ for s in services:
     if key != password_var(s):
         fail(f"k8s: Deployment {s} takes its password from {key}, not {password_var(s)}")
 
+# PostgreSQL: the roles, the databases each may connect to, and who uses the owner.
+ROLES_DIR = os.path.join(HERE, "postgres", "roles")
+DSN_DB = {"CAIRN_LEDGER_DSN": "ledger", "CAIRN_ERP_DSN": "erp"}
+with open(os.path.join(ROLES_DIR, "roles.sql")) as f:
+    m = re.search(r"FOREACH r IN ARRAY ARRAY\[([^\]]*)\]", f.read())
+roles = re.findall(r"'([a-z_]+)'", m.group(1)) if m else []
+if not roles:
+    fail("postgres/roles/roles.sql: no list of roles (FOREACH r IN ARRAY ARRAY[...])")
+connect = {}  # database -> the roles that may connect to it
+for db in DSN_DB.values():
+    with open(os.path.join(ROLES_DIR, db + ".sql")) as f:
+        m = re.search(r"GRANT CONNECT ON DATABASE %I TO ([a-z_, ]+)'", f.read())
+    connect[db] = {r.strip() for r in m.group(1).split(",")} if m else set()
+    for r in sorted(connect[db] - set(roles)):
+        fail(f"postgres/roles/{db}.sql: grants {r}, which roles.sql does not create")
+with open(os.path.join(ROLES_DIR, "passwords.sql")) as f:
+    pw_sql = f.read()
+for r in roles:
+    if f"\\getenv {r} {pg_password_var(r)}" not in pw_sql or f"ALTER ROLE {r} PASSWORD :'{r}';" not in pw_sql:
+        fail(f"postgres/roles/passwords.sql: role {r} gets no password from {pg_password_var(r)}")
+    if pg_password_var(r) not in env:
+        fail(f".env: no {pg_password_var(r)} for the database role {r}")
+
+
+def want_dbs(name):
+    """The databases a service's role may connect to: the DSNs it must have, and no other."""
+    role = name.replace("-", "_")
+    return role, {db for db, rs in connect.items() if role in rs}
+
+
+def check_dsns(where, name, dsns, owner, init_step, password_of):
+    """dsns: variable -> value; password_of(value) is the password reference the DSN uses
+    (a compose ${VAR} or a Kubernetes secret key), None when it has none."""
+    for var, value in sorted(dsns.items()):
+        m = re.match(r"postgres(?:ql)?://([^:@/]+)(?::[^@]*)?@[^/]+/([A-Za-z0-9_]+)", value or "")
+        if not m:
+            fail(f"{where}: {name} {var} is not a postgres:// DSN with a user and a database: {value!r}")
+            continue
+        user, db = m.group(1), m.group(2)
+        if db != DSN_DB[var]:
+            fail(f"{where}: {name} {var} names the database {db}, not {DSN_DB[var]}")
+        if user == owner:
+            if not init_step:
+                fail(f"{where}: {name} connects to {db} as the owner {owner}: only the init steps may")
+            continue
+        if user not in roles:
+            fail(f"{where}: {name} connects to {db} as {user}, not a role of postgres/roles/roles.sql")
+            continue
+        if user not in connect.get(db, set()):
+            fail(f"{where}: {name} connects to {db} as {user}, which postgres/roles/{db}.sql does not let connect")
+        if password_of(value) != pg_password_var(user):
+            fail(f"{where}: {name} connects as {user} with the password {password_of(value)}, not {pg_password_var(user)}")
+    if name in services:
+        role, dbs = want_dbs(name)
+        got = {DSN_DB[v] for v in dsns}
+        if got != dbs:
+            fail(f"{where}: {name} has DSNs for {sorted(got)}, want {sorted(dbs)} (the databases role {role} may connect to)")
+
+
+if compose:
+    svcs = compose[0].get("services", {})
+    owner = svcs.get("postgres", {}).get("environment", {}).get("POSTGRES_USER", "")
+    if not owner:
+        fail("docker-compose.yml: the postgres service sets no POSTGRES_USER (the owner)")
+    # The init steps: cairn init --tables and the role step; gen plays the ERP in a trial.
+    init_steps = {"init", "db-roles"}
+    if "trial" in svcs.get("gen", {}).get("profiles", []):
+        init_steps.add("gen")
+    for name, c in sorted(svcs.items()):
+        envs = c.get("environment", {}) or {}
+        if name != "postgres" and name not in init_steps:
+            for k, v in envs.items():
+                if "${POSTGRES_PASSWORD}" in str(v):
+                    fail(f"docker-compose.yml: {name} {k} carries the owner's password ${{POSTGRES_PASSWORD}}")
+        dsns = {k: v for k, v in envs.items() if k in DSN_DB}
+
+        def compose_password(value):
+            m = re.search(r"\$\{(POSTGRES_PASSWORD[A-Z_]*)\}", value)
+            return m.group(1) if m else None
+        check_dsns("docker-compose.yml", name, dsns, owner, name in init_steps, compose_password)
+    dbr = svcs.get("db-roles", {})
+    if dbr.get("command") != ["sh", "/etc/cairn/roles/apply.sh"]:
+        fail(f"docker-compose.yml: db-roles runs {dbr.get('command')}, not postgres/roles/apply.sh")
+    for r in roles:
+        if (dbr.get("environment") or {}).get(pg_password_var(r)) != "${" + pg_password_var(r) + "}":
+            fail(f"docker-compose.yml: db-roles does not pass {pg_password_var(r)} for role {r}")
+    for s in services:
+        dep = (svcs.get(s) or {}).get("depends_on", {})
+        if "db-roles" not in dep:
+            fail(f"docker-compose.yml: {s} does not wait for db-roles")
+
+
+def k8s_env(container):
+    return {v["name"]: v for v in container.get("env", [])}
+
+
+def secret_key(e, var):
+    return e.get(var, {}).get("valueFrom", {}).get("secretKeyRef", {}).get("key")
+
+
+def k8s_dsns(where, name, container, init_step):
+    e = k8s_env(container)
+    if not init_step:
+        for k in e:
+            if secret_key(e, k) == "POSTGRES_PASSWORD":
+                fail(f"{where}: {name} {k} is the owner's password (POSTGRES_PASSWORD)")
+    dsns = {k: v.get("value", "") for k, v in e.items() if k in DSN_DB}
+
+    def password(value):
+        m = re.search(r":\$\(([A-Z_]+)\)@", value)
+        return secret_key(e, m.group(1)) if m else None
+    check_dsns(where, name, dsns, "cairn", init_step, password)
+
+
+for s in services:
+    d = by_kind.get("Deployment", {}).get(s)
+    if d:
+        k8s_dsns("k8s", f"Deployment {s}", d["spec"]["template"]["spec"]["containers"][0], False)
+job = by_kind.get("Job", {}).get("cairn-init")
+if job:
+    spec = job["spec"]["template"]["spec"]
+    for c in spec.get("initContainers", []) + spec.get("containers", []):
+        k8s_dsns("k8s", f"Job cairn-init container {c.get('name')}", c, True)
+    roles_c = [c for c in spec.get("containers", []) if c.get("command") == ["sh", "/etc/cairn/roles/apply.sh"]]
+    if not roles_c:
+        fail("k8s: Job cairn-init has no container running postgres/roles/apply.sh")
+    for c in roles_c:
+        e = k8s_env(c)
+        for r in roles:
+            if secret_key(e, pg_password_var(r)) != pg_password_var(r):
+                fail(f"k8s: Job cairn-init {c.get('name')} does not take {pg_password_var(r)} for role {r} from the Secret")
+if kust:
+    gen = [g for g in kust[0].get("configMapGenerator", []) if g.get("name") == "postgres-roles"]
+    have = {os.path.basename(f) for g in gen for f in g.get("files", [])}
+    for f in sorted(os.listdir(ROLES_DIR)):
+        if f not in have:
+            fail(f"kustomization.yaml: postgres/roles/{f} is not in the postgres-roles ConfigMap")
+
 if errors:
     print("\n".join("deploy check: " + e for e in errors), file=sys.stderr)
     sys.exit(1)
-print(f"deploy check: docker-compose.yml, kustomization.yaml and {len(objects)} Kubernetes objects agree with {len(services)} services and {len(users)} NATS users")
+print(f"deploy check: docker-compose.yml, kustomization.yaml and {len(objects)} Kubernetes objects agree with {len(services)} services, {len(users)} NATS users and {len(roles)} database roles")

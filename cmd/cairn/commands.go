@@ -39,7 +39,7 @@ func cmdHandovers(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	store, err := kc.Open(ctx, js, assets.BucketRuns)
+	store, err := openRuns(ctx, js)
 	if err != nil {
 		return err
 	}
@@ -375,7 +375,7 @@ func newSender(ctx context.Context) (*sender, error) {
 	if err != nil {
 		return nil, err
 	}
-	store, err := kc.Open(ctx, js, assets.BucketRuns)
+	store, err := openRuns(ctx, js)
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -467,9 +467,9 @@ func (s *sender) send(ctx context.Context, runID string, spec verbSpec, c events
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue
 			}
-			r, err := kc.Decode(e.Value())
+			r, err := decodeEntry(ctx, s.store, e)
 			if err != nil {
-				continue
+				return err
 			}
 			if !r.HasRequest(c.RequestID) {
 				switch {
@@ -496,7 +496,7 @@ func (s *sender) send(ctx context.Context, runID string, spec verbSpec, c events
 			case !wait:
 				return nil
 			case spec.verb == events.VerbUndo:
-				return followUndo(ctx, w, c.RequestID, r)
+				return followUndo(ctx, s.store, w, c.RequestID, r)
 			default:
 				return follow(ctx, s.js, runID)
 			}
@@ -539,7 +539,7 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // followUndo prints an undo's progress until it is finished.
-func followUndo(ctx context.Context, w jetstream.KeyWatcher, id string, r *kc.Record) error {
+func followUndo(ctx context.Context, store *kc.Store, w jetstream.KeyWatcher, id string, r *kc.Record) error {
 	for {
 		if r.Undo != nil && r.Undo.RequestID == kc.RequestKey(id) {
 			fmt.Printf("%s  %s  %d of %d effects, %d reversed\n", r.RunID, r.Status, r.Undo.Cursor, r.Undo.Total, r.Undo.Reversed)
@@ -554,7 +554,7 @@ func followUndo(ctx context.Context, w jetstream.KeyWatcher, id string, r *kc.Re
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue
 			}
-			next, err := kc.Decode(e.Value())
+			next, err := decodeEntry(ctx, store, e)
 			if err != nil {
 				return err
 			}

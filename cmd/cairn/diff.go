@@ -11,7 +11,6 @@ import (
 	"github.com/cairnhq/cairn/internal/rundiff"
 	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
-	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
 
 // cmdDiff compares two runs step by step, outputs and effects (a shadow run with a real one).
@@ -30,7 +29,7 @@ func cmdDiff(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	store, err := kc.Open(ctx, js, assets.BucketRuns)
+	store, err := openRuns(ctx, js)
 	if err != nil {
 		return err
 	}

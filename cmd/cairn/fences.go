@@ -6,9 +6,7 @@ import (
 	"fmt"
 
 	"github.com/cairnhq/cairn/internal/books"
-	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/fence"
-	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
 
 // cmdFences: `cairn fences adopt RUN` moves a run's fences in the ledger and the stock store
@@ -33,7 +31,7 @@ func cmdFences(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	store, err := kc.Open(ctx, js, assets.BucketRuns)
+	store, err := openRuns(ctx, js)
 	if err != nil {
 		return err
 	}

@@ -77,7 +77,7 @@ func cmdRuns(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	store, err := kc.Open(ctx, js, assets.BucketRuns)
+	store, err := openRuns(ctx, js)
 	if err != nil {
 		return err
 	}
@@ -152,7 +152,7 @@ func listRuns(ctx context.Context, store *kc.Store, now time.Time) ([]runRow, er
 		if e == nil {
 			break // every key's latest value has been delivered
 		}
-		rows = append(rows, runRowOf(e.Key(), e.Value(), store.Epoch(), now))
+		rows = append(rows, runRowOf(ctx, store, e, now))
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -176,14 +176,11 @@ func boolOrder(a, b bool) int {
 }
 
 // runRowOf is the row of the record stored under key.
-func runRowOf(key string, value []byte, epoch string, now time.Time) runRow {
-	r, err := kc.Decode(value)
-	if err == nil {
-		err = r.Check(key, nil) // a record that breaks an invariant is shown, not read
-	}
-	if err == nil && r.Epoch != epoch {
-		err = fmt.Errorf("epoch %q, bucket's %q: %w", r.Epoch, epoch, kc.ErrForeignEpoch)
-	}
+// A record that fails the store's checks (its sum, its invariants, its epoch, its
+// signature) is shown, not read.
+func runRowOf(ctx context.Context, store *kc.Store, e jetstream.KeyValueEntry, now time.Time) runRow {
+	key, value := e.Key(), e.Value()
+	r, err := store.DecodeEntry(ctx, key, value, e.Revision())
 	if err != nil {
 		// What can still be read helps a person find the run; none of it is trusted.
 		var loose struct {

@@ -84,8 +84,11 @@ func cmdStart(ctx context.Context, args []string) error {
 func (s *sender) start(ctx context.Context, cmd events.StartCommand, wait bool) error {
 	run := cmd.RunIDOrDefault()
 	params := kc.Params{Warehouse: cmd.Warehouse, Date: cmd.Date, Shadow: cmd.Shadow}
-	existing, _, err := s.store.Load(ctx, run)
+	existing, rev, err := s.store.Load(ctx, run)
 	if err != nil && !errors.Is(err, kc.ErrNotFound) {
+		if errors.Is(err, kc.ErrCorrupt) || errors.Is(err, kc.ErrForeignEpoch) || errors.Is(err, kc.ErrNewerSchema) {
+			return damaged(run, rev, err)
+		}
 		return err
 	}
 	e, err := events.New(cmd.RequestID, events.TypeRunStart, "/cairn/cli", run, time.Now(), cmd)
@@ -139,7 +142,11 @@ func (s *sender) start(ctx context.Context, cmd events.StartCommand, wait bool) 
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue
 			}
-			if r, err := kc.Decode(e.Value()); err != nil || !r.HasRequest(cmd.RequestID) {
+			r, err := decodeEntry(ctx, s.store, e)
+			if err != nil {
+				return err
+			}
+			if !r.HasRequest(cmd.RequestID) {
 				continue
 			}
 			fmt.Printf("started %s\n", run)
@@ -155,7 +162,7 @@ func (s *sender) start(ctx context.Context, cmd events.StartCommand, wait bool) 
 // every half second the items done within the step (documents read, answers, writes) as the
 // timeline and the saga records tell them.
 func follow(ctx context.Context, js jetstream.JetStream, run string) error {
-	store, err := kc.Open(ctx, js, assets.BucketRuns)
+	store, err := openRuns(ctx, js)
 	if err != nil {
 		return err
 	}
@@ -199,7 +206,7 @@ func follow(ctx context.Context, js jetstream.JetStream, run string) error {
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue
 			}
-			r, err := kc.Decode(e.Value())
+			r, err := decodeEntry(ctx, store, e)
 			if err != nil {
 				return err
 			}
@@ -270,11 +277,11 @@ func cmdStatus(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	kv, err := js.KeyValue(ctx, assets.BucketRuns)
+	store, err := openRuns(ctx, js)
 	if err != nil {
 		return err
 	}
-	e, err := kv.Get(ctx, run)
+	e, err := store.KV().Get(ctx, run)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("no run %q", run)
 	}
@@ -285,12 +292,12 @@ func cmdStatus(ctx context.Context, args []string) error {
 		fmt.Println(string(e.Value()))
 		return nil
 	}
-	r, err := kc.Decode(e.Value())
+	r, err := store.DecodeEntry(ctx, run, e.Value(), e.Revision())
 	if errors.Is(err, kc.ErrNewerSchema) {
 		return fmt.Errorf("run %s: %w: use the newer release's cairn (or --json for the raw record)", run, err)
 	}
 	if err != nil {
-		fmt.Printf("run %s: the checkpoint (revision %d) is not trusted: %v\n", run, e.Revision(), err)
+		fmt.Printf("run %s: the checkpoint (revision %d) is damaged, not trusted: %v\n", run, e.Revision(), err)
 		printNote(ctx, js, run)
 		return exitCode{code: 3, err: fmt.Errorf("checkpoint of %s not trusted", run)}
 	}

@@ -97,7 +97,7 @@ func cmdTimeline(ctx context.Context, args []string) error {
 	// The record gives the pipeline's order; without a trusted one, steps come in the order
 	// the audit first names them.
 	var pipeline []string
-	store, err := kc.Open(ctx, js, assets.BucketRuns)
+	store, err := openRuns(ctx, js)
 	if err != nil {
 		return err
 	}

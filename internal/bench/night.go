@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/internal/devproc"
+	"github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/internal/recon"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
@@ -281,6 +282,7 @@ func (d *dev) artifactBytes(ctx context.Context) (int64, error) {
 
 // watcher follows every run's record, noting when each is done and how large it grew.
 type watcher struct {
+	store    *kc.Store // the night's, checked as the services read it
 	w        jetstream.KeyWatcher
 	maxSize  map[string]int
 	lastSize map[string]int
@@ -289,15 +291,15 @@ type watcher struct {
 }
 
 func (d *dev) watch(ctx context.Context) (*watcher, error) {
-	kv, err := d.js.KeyValue(ctx, assets.BucketRuns)
+	store, err := night.OpenRuns(ctx, d.js)
 	if err != nil {
 		return nil, err
 	}
-	w, err := kv.WatchAll(ctx)
+	w, err := store.KV().WatchAll(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &watcher{w: w, maxSize: map[string]int{}, lastSize: map[string]int{}, last: map[string]*kc.Record{}, doneAt: map[string]time.Time{}}, nil
+	return &watcher{store: store, w: w, maxSize: map[string]int{}, lastSize: map[string]int{}, last: map[string]*kc.Record{}, doneAt: map[string]time.Time{}}, nil
 }
 
 func (w *watcher) stop() { _ = w.w.Stop() }
@@ -323,9 +325,9 @@ func (w *watcher) until(ctx context.Context, limit time.Duration, runs ...string
 				continue
 			}
 			at := time.Now()
-			rec, err := kc.Decode(e.Value())
+			rec, err := w.store.DecodeEntry(ctx, e.Key(), e.Value(), e.Revision())
 			if err != nil {
-				return nil, fmt.Errorf("run %s: %w", e.Key(), err)
+				return nil, fmt.Errorf("run %s: the checkpoint (revision %d) is damaged: %w", e.Key(), e.Revision(), err)
 			}
 			w.maxSize[e.Key()] = max(w.maxSize[e.Key()], len(e.Value()))
 			w.lastSize[e.Key()] = len(e.Value())

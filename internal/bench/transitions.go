@@ -323,7 +323,7 @@ func cairnTransitions(ctx context.Context, c TransitionsConfig, dir string, res 
 	if res.Stored, err = stored(ctx, js, res.Transitions); err != nil {
 		return err
 	}
-	return checkRuns(ctx, store.KV(), c.Runs, def, res)
+	return checkRuns(ctx, store, c.Runs, def, res)
 }
 
 // stored counts what the streams hold, written or since removed, per transition.
@@ -342,14 +342,19 @@ func stored(ctx context.Context, js jetstream.JetStream, transitions int) (Store
 
 // checkRuns confirms every run finished with every step verified once, and measures a
 // finished record.
-func checkRuns(ctx context.Context, kv jetstream.KeyValue, runs int, def pipeline.Definition, res *TransitionsResult) error {
+func checkRuns(ctx context.Context, store *kc.Store, runs int, def pipeline.Definition, res *TransitionsResult) error {
 	for i := range runs {
 		runID := fmt.Sprintf("bench-%06d", i+1)
-		e, err := kv.Get(ctx, runID)
+		e, err := store.KV().Get(ctx, runID)
 		if err != nil {
 			return fmt.Errorf("checking run %s: %w", runID, err)
 		}
-		rec, err := kc.Decode(e.Value())
+		// Read as the steps read it (sum, invariants, epoch, signature), and with the
+		// bench's pipeline, which the measured store is not told of.
+		rec, err := store.DecodeEntry(ctx, runID, e.Value(), e.Revision())
+		if err == nil {
+			err = rec.Check(runID, def.Names())
+		}
 		if err != nil {
 			return fmt.Errorf("checking run %s: %w", runID, err)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/internal/devproc"
+	"github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/internal/recon"
 	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
@@ -195,11 +196,11 @@ func WaitDone(ctx context.Context, js jetstream.JetStream, run string, limit tim
 func WaitStatus(ctx context.Context, js jetstream.JetStream, run string, want kc.Status, limit time.Duration) (*kc.Record, error) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	kv, err := js.KeyValue(ctx, assets.BucketRuns)
+	store, err := night.OpenRuns(ctx, js)
 	if err != nil {
 		return nil, err
 	}
-	w, err := kv.Watch(ctx, run)
+	w, err := store.KV().Watch(ctx, run)
 	if err != nil {
 		return nil, err
 	}
@@ -208,9 +209,10 @@ func WaitStatus(ctx context.Context, js jetstream.JetStream, run string, want kc
 		if e == nil || e.Operation() != jetstream.KeyValuePut {
 			continue
 		}
-		r, err := kc.Decode(e.Value())
+		// Through the services' checks: a damaged record ends the wait with why.
+		r, err := store.DecodeEntry(ctx, e.Key(), e.Value(), e.Revision())
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("run %s: the checkpoint (revision %d) is damaged: %w", run, e.Revision(), err)
 		}
 		switch r.Status {
 		case want:

@@ -43,6 +43,7 @@ type Config struct {
 	Store       *kc.Store
 	Ledger, ERP *books.DB
 	Marks       jetstream.KeyValue // cairn-outbox-sent
+	Handovers   jetstream.KeyValue // cairn-handovers: the note of an undo handed over (may be nil: no note)
 	Heartbeat   time.Duration      // default 5s
 	TakeoverGap time.Duration      // default 500ms
 	Faults      *faults.Set        // undo.before-write.N and the other points
@@ -109,13 +110,10 @@ func (c *Compensator) Handle(ctx context.Context, m jetstream.Msg) {
 		seq = meta.Sequence.Stream
 	}
 	nm := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
-	// A panic is a rejected undo, recorded on cairn.rejected; consume.Recover terms it.
-	defer consume.Recover(c.log, m, func(err error) {
-		runID, _, _ := events.ParseRunSubject(m.Subject())
-		if rerr := c.audit.Reject(ctx, events.RejectedID(assets.StreamRuns, seq), runID, events.NewRejected(assets.StreamRuns, seq, nm, err.Error())); rerr != nil {
-			c.log.Error("recording a rejected undo", slog.Any("error", rerr))
-		}
-	})
+	// A panic is a rejected undo, and a handover of the run's undo (handoverPanic);
+	// consume.Recover terms it.
+	var id string // the undo's request, once known
+	defer consume.Recover(c.log, m, func(err error) { c.handoverPanic(ctx, m, nm, seq, id, err) })
 	ev, err := events.DecodeCommand(nm, fmt.Sprintf("seq-%d", seq))
 	var cmd events.Command
 	if err == nil {
@@ -126,6 +124,7 @@ func (c *Compensator) Handle(ctx context.Context, m jetstream.Msg) {
 	}
 	if err == nil {
 		ev.ID = kc.RequestKey(cmp.Or(cmd.RequestID, ev.ID))
+		id = ev.ID
 		err = c.undo(ctx, m, ev.Subject, ev.ID, cmd.Scope, supervisor.Waiting(events.VerbUndo, ev, cmd, c.cfg.Now().UTC().Format(time.RFC3339Nano)))
 	}
 	var rej *rejection

@@ -1,7 +1,8 @@
 -- The database roles of Cairn's services, one per service that uses a database, as the
 -- NATS users of nats/accounts.conf are one per service. Run once per PostgreSQL server by
--- a role with CREATEROLE (the superuser): psql -f roles.sql. Give each a password of your
--- own (psql: \password post_ledger) and put it in that service's DSN only:
+-- a role with CREATEROLE (the superuser): psql -f roles.sql; apply.sh runs it with
+-- passwords.sql and the grants, as deploy/'s init step does. Give each a password of your
+-- own (passwords.sql, or psql: \password post_ledger) and put it in that service's DSN only:
 --
 --   post-ledger   CAIRN_LEDGER_DSN=postgres://post_ledger:PASSWORD@HOST/ledger
 --   update-stock  CAIRN_ERP_DSN=postgres://update_stock:PASSWORD@HOST/erp
