@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 
 	"github.com/cairnhq/cairn/pkg/events"
@@ -13,11 +14,12 @@ import (
 
 // The record's budget (kvcheckpoint, "The record's budget"), as the runner keeps it:
 //
-//   - a commit puts an output inline while kc.Room of the committed record stays ≥ 0, or,
-//     short of that, while the next step keeps its room (kc.StepRoom) and no snapshot is
-//     inline; it lists parked items only while the next step keeps its room; what does not
-//     fit goes to the artifact store (fitOutputs), decided from the record the commit is
-//     applied to, so the same record always gets the same choice;
+//   - a commit keeps outputs inline while the next step keeps its room (kc.StepRoom, what
+//     that step checks before it starts) and no snapshot is inline, or while kc.Room of the
+//     committed record stays ≥ 0; short of that it moves inline outputs, the earlier steps'
+//     too, to the artifact store in the commit itself; it lists parked items only while the
+//     next step keeps its room (fitOutputs), decided from the record the commit is applied
+//     to, so the same record always gets the same choice;
 //   - before a step does anything (before its lease, so before any outside effect) it checks
 //     that the record, with its lease, its commit and a failure, fits (roomFor); a record
 //     without that room first has its inline outputs moved out (makeRoom), and a record that
@@ -30,10 +32,18 @@ import (
 const listMargin = 128
 
 // fitOutputs decides, for the commit of res on base, which outputs stay inline and how many
-// parked items the record lists: inline outputs move to the artifact store, the largest
-// first, until the committed record has room (kc.Room); then the list shortens until the next
-// step has its room. A list that does not show every item in full has its artifact.
+// parked items the record lists. One criterion, the one the next step checks before it
+// starts (roomFor): the committed record must leave the next step its room (kc.StepRoom)
+// with listMargin to spare for what its take adds; or, short of that, the whole promise
+// holds (kc.Room ≥ 0). Until it does, inline outputs move to the artifact store: the
+// snapshot first (makeRoom does not move it, so it stays inline only within the whole
+// promise), then the verified steps' outputs, the largest first, in this same commit, and
+// the step's own last (the next step is the likeliest to read it). Then the list shortens
+// until the next step has its room. A list that does not show every item in full has its
+// artifact. So a commit never leaves the next step a record it finds short (makeRoom is for
+// records written otherwise: by an earlier release, or with room taken since).
 func (r *Runner) fitOutputs(ctx context.Context, a *Attempt, base *kc.Record, res *Result, o outputs) (outputs, error) {
+	next := base.Next(a.Step)
 	committed := func() *kc.Record {
 		n := base.Clone()
 		r.applyCommit(n, a, res, o)
@@ -41,32 +51,36 @@ func (r *Runner) fitOutputs(ctx context.Context, a *Attempt, base *kc.Record, re
 	}
 	for {
 		n := committed()
-		if kc.Room(n) >= 0 {
+		inlineSnapshot := o.snapshot != nil && len(o.snapshot.Inline) > 0
+		if !inlineSnapshot && kc.StepRoom(n, next) >= listMargin || kc.Room(n) >= 0 {
 			break
 		}
-		// Short of the whole promise, an output may still stay inline while the next step
-		// keeps its room: that step, or a later one, moves it out (makeRoom) only if it finds
-		// the record short of room, before it does anything. The snapshot, which makeRoom
-		// does not move, goes out first.
-		if (o.snapshot == nil || len(o.snapshot.Inline) == 0) && kc.StepRoom(n, n.Next(a.Step)) >= listMargin {
-			break
+		ptr, from := o.snapshot, a.Step
+		if !inlineSnapshot {
+			ptr, from = largestEarlier(n, a.Step)
 		}
-		ptr := o.snapshot
-		if ptr == nil || len(ptr.Inline) == 0 {
-			ptr = largestInline(o.output)
+		if ptr == nil && o.output != nil && len(o.output.Inline) > 0 {
+			ptr, from = o.output, a.Step
 		}
 		if ptr == nil {
 			break
 		}
-		moved, err := r.cfg.Artifacts.SaveObject(ctx, a.RunID, a.Step, ptr.Inline)
+		moved, err := r.cfg.Artifacts.SaveObject(ctx, a.RunID, from, ptr.Inline)
 		if err != nil {
 			return o, Temporary(err)
 		}
-		*ptr = *moved
+		if ptr == o.output || ptr == o.snapshot {
+			*ptr = *moved
+			continue
+		}
+		m := make(map[string]*kc.Output, len(o.moved)+1)
+		maps.Copy(m, o.moved)
+		m[from] = moved
+		o.moved = m
 	}
 	for o.listed > 0 {
 		n := committed()
-		if kc.StepRoom(n, n.Next(a.Step)) >= listMargin {
+		if kc.StepRoom(n, next) >= listMargin {
 			break
 		}
 		o.listed--
@@ -86,6 +100,33 @@ func (r *Runner) fitOutputs(ctx context.Context, a *Attempt, base *kc.Record, re
 		}
 	}
 	return o, nil
+}
+
+// largestEarlier is the largest inline output of n's verified steps other than step (the
+// earliest of equal ones), and its step; nil when none is inline.
+func largestEarlier(n *kc.Record, step string) (*kc.Output, string) {
+	var best *kc.Output
+	name := ""
+	for _, s := range n.Pipeline {
+		st := n.Step(s)
+		if s == step || st.Status != kc.Verified || st.Output == nil || len(st.Output.Inline) == 0 {
+			continue
+		}
+		if best == nil || len(st.Output.Inline) > len(best.Inline) {
+			best, name = st.Output, s
+		}
+	}
+	return best, name
+}
+
+// moveOutputs points the steps' outputs of n that moved to the artifact store (fitOutputs)
+// at their objects: each only while it is still the inline output of the same digest.
+func moveOutputs(n *kc.Record, moved map[string]*kc.Output) {
+	for name, o := range moved {
+		if s := n.Steps[name]; s != nil && s.Output != nil && s.Output.Digest == o.Digest && len(s.Output.Inline) > 0 {
+			s.Output = o
+		}
+	}
 }
 
 // largestInline is the inline one of outs with the most bytes, nil when none is inline.
