@@ -67,8 +67,24 @@ const (
 )
 
 // Size is the length of r as a Store stores it, signed (with room for the longest
-// signature), even over MaxSize.
+// signature), even over MaxSize. The length is known without the sum, which has a fixed
+// length, or the stored bytes: the canonical form, which is the stored one but for the sum
+// and the embedded values (storedLen). A record the straight writer does not take is
+// measured by encoding it (sizeEncoded).
 func Size(r *Record) (int, error) {
+	c := getCanonical()
+	defer putCanonical(c)
+	if c.canonicalRecord(r) {
+		return c.storedLen(sumLen) + signatureRoom, nil
+	}
+	return sizeEncoded(r)
+}
+
+// sumLen is the length of a record's sum: "sha256:" and 64 hex digits.
+const sumLen = len("sha256:") + 64
+
+// sizeEncoded is Size by Encode.
+func sizeEncoded(r *Record) (int, error) {
 	sum, sig := r.Sum, r.Sig
 	defer func() { r.Sum, r.Sig = sum, sig }()
 	b, err := Encode(r)
@@ -132,8 +148,19 @@ func StepRoom(r *Record, step string) int {
 
 // room projects p (a copy: it is changed) as the package doc says, ahead being the steps
 // still to commit, the first of them the one that fails; others adds what writers other than
-// the steps may add later (an approval, an undo, more command ids).
+// the steps may add later (an approval, an undo, more command ids). It is what is left of
+// MaxSize then.
 func room(p *Record, ahead []string, others bool) int {
+	projectFullest(p, ahead, others)
+	n, err := Size(p)
+	if err != nil {
+		return -MaxSize
+	}
+	return MaxSize - n
+}
+
+// projectFullest makes p the record room measures.
+func projectFullest(p *Record, ahead []string, others bool) {
 	longest := len("undo")
 	for _, s := range p.Pipeline {
 		longest = max(longest, len(s))
@@ -176,11 +203,6 @@ func room(p *Record, ahead []string, others bool) int {
 			p.Undo = &Undo{RequestID: strings.Repeat("r", requestLen), Scope: []byte(`"` + strings.Repeat("s", scopeLen) + `"`), Cursor: bigCount, Reversed: bigCount, Total: bigCount, PreviousStatus: WaitingApproval}
 		}
 	}
-	n, err := Size(p)
-	if err != nil {
-		return -MaxSize
-	}
-	return MaxSize - n
 }
 
 // project turns s into step name's fullest commit: outputs as objects, long values.

@@ -313,6 +313,26 @@ func (c *canonical) stored(sum string, sig []byte) []byte {
 	return out
 }
 
+// storedLen is the length of stored(sum, nil) for a sum of sumLen bytes, without making it.
+func (c *canonical) storedLen(sumLen int) int {
+	n := len(c.out) + len(`,"sum":""`) + sumLen
+	for _, v := range c.verbatim {
+		n += storedRawLen(v.raw) - (v.end - v.start)
+	}
+	return n
+}
+
+// storedRawLen is the length of an embedded value as stored writes it.
+func storedRawLen(raw json.RawMessage) int {
+	if !bytes.ContainsAny(raw, " \t\r\n<>&\u2028\u2029") {
+		return len(raw)
+	}
+	var compact, escaped bytes.Buffer
+	_ = json.Compact(&compact, raw) // raw was just parsed: valid JSON
+	json.HTMLEscape(&escaped, compact.Bytes())
+	return escaped.Len()
+}
+
 // int writes n as RFC 8785 does; more than 15 digits is left to the general path, which
 // writes it as a double does.
 func (c *canonical) int(n int64) bool {

@@ -1,0 +1,151 @@
+package kvcheckpoint
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// randomRecord is a record as the writers leave one, of random shape: steps pending, in
+// progress, verified with inline outputs (compact or not, with HTML characters) or objects,
+// failed with long errors, parked lists, a lease, commands, an approval, an undo.
+func randomRecord(rng *rand.Rand) *Record {
+	steps := 1 + rng.IntN(12)
+	var names []string
+	for i := range steps {
+		names = append(names, fmt.Sprintf("step-%02d%s", i, strings.Repeat("x", rng.IntN(20))))
+	}
+	runID := "run-" + strings.Repeat("r", rng.IntN(64))
+	r := New(runID, Params{Warehouse: "ldh", Date: "2026-10-13", Shadow: rng.IntN(2) == 0}, names, "2026-10-13T22:00:00Z")
+	r.Epoch, r.UpdatedAt, r.ProgressedAt = "e0000000", "2026-10-13T22:00:01.123Z", "2026-10-13T22:00:01Z"
+	text := func(n int) string {
+		alphabet := []string{"a", "b", " ", "é", "<", "&", "\"", "\\", "\n", "✓", "\x01"}
+		var b strings.Builder
+		for range n {
+			b.WriteString(alphabet[rng.IntN(len(alphabet))])
+		}
+		return b.String()
+	}
+	inline := func() json.RawMessage {
+		switch rng.IntN(4) {
+		case 0:
+			return json.RawMessage(`{"run":"` + runID + `","pad":"` + strings.Repeat("p", rng.IntN(900)) + `"}`)
+		case 1:
+			return json.RawMessage(`{ "z" : [1, "a<b&c"], "a" : {"y": null} }`)
+		case 2:
+			return json.RawMessage(`["` + strings.Repeat("\u00e9", rng.IntN(100)) + `", 12, true]`)
+		default:
+			return json.RawMessage(`"` + text(rng.IntN(40)) + `"`)
+		}
+	}
+	for i, name := range names {
+		s := r.Step(name)
+		switch rng.IntN(4) {
+		case 0: // pending
+		case 1:
+			s.Status = InProgress
+			s.StartedAt = Ptr("2026-10-13T22:00:02.5Z")
+		case 2:
+			s.Status = Failed
+			s.Attempts = rng.IntN(5)
+			s.SetLastError(text(rng.IntN(2 * MaxLastError)))
+		default:
+			s.Status = Verified
+			s.StartedAt, s.FinishedAt = Ptr("2026-10-13T22:00:02.5Z"), Ptr("2026-10-13T22:00:03.123456789Z")
+			s.Token = Ptr(uint64(rng.IntN(1_000_000)))
+			s.Versions = Versions{Code: Ptr("v0.1.0")}
+			if rng.IntN(2) == 0 {
+				s.Output = &Output{Inline: inline(), Digest: "SHA-256=" + strings.Repeat("b", 43) + "=", Size: 200}
+			} else {
+				s.Output = &Output{Object: runID + "/" + name + "/" + strings.Repeat("a", 64), Digest: "SHA-256=x", Size: int64(rng.IntN(1 << 30))}
+			}
+			if rng.IntN(3) == 0 {
+				s.LastError = Ptr(text(rng.IntN(MaxKeptError)))
+			}
+			for j := range rng.IntN(MaxParkedListed + 1) {
+				s.Parked = append(s.Parked, Parked{Item: fmt.Sprintf("INV-%04d", j), Reason: text(rng.IntN(48))})
+			}
+			s.ParkedCount = len(s.Parked) + rng.IntN(100)
+			if rng.IntN(2) == 0 {
+				s.ParkedArtifact = &Output{Object: runID + "/" + name + "/parked", Digest: "SHA-256=p", Size: 3000}
+			}
+			s.Effects = &Effects{Keys: i, IntentsOpen: rng.IntN(3)}
+		}
+	}
+	if rng.IntN(2) == 0 {
+		c := names[rng.IntN(len(names))]
+		r.Lease = &Lease{Owner: c + "/host/4120", OwnerInbox: "cairn.owner." + c, Token: uint64(rng.IntN(1 << 40)), Step: c, WriteID: "w-1"}
+	}
+	for range rng.IntN(3) {
+		r.Commands = append(r.Commands, Command{Verb: "resume", RequestID: RequestKey(text(10)), By: text(rng.IntN(20)), At: "2026-10-13T22:00:00Z", Args: json.RawMessage(`{"after_fix": true}`)})
+	}
+	for range rng.IntN(4) {
+		r.Requests = append(r.Requests, RequestKey(text(8)))
+	}
+	if rng.IntN(4) == 0 {
+		r.Approval = &Approval{Step: names[0], PlanDigest: "SHA-256=d", Since: "2026-10-13T22:00:00Z"}
+	}
+	if rng.IntN(4) == 0 {
+		r.Undo = &Undo{RequestID: "u", Scope: json.RawMessage(`{"steps": ["a", "b"]}`), Total: 3}
+	}
+	if rng.IntN(3) == 0 {
+		r.StockSnapshot = &Output{Inline: inline(), Digest: "SHA-256=s", Size: 10}
+	}
+	r.NextAction = text(rng.IntN(MaxNextAction))
+	return r
+}
+
+// Size by length, without the sum or the stored bytes, is the length of the record as
+// encoded, on many records and on the fullest projections Room, StepRoom and CommandRoom
+// measure: so the cheap Room is the Room of Clone and Encode, exactly.
+func TestSizeIsTheEncodedLength(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 18))
+	check := func(what string, r *Record) {
+		t.Helper()
+		got, err := Size(r)
+		want, werr := sizeEncoded(r)
+		if got != want || (err == nil) != (werr == nil) {
+			t.Fatalf("%s: Size %d (%v), encoded %d (%v)", what, got, err, want, werr)
+		}
+	}
+	for i := range 3000 {
+		r := randomRecord(rng)
+		check(fmt.Sprintf("record %d", i), r)
+		var ahead []string
+		for _, s := range r.Pipeline {
+			if r.Step(s).Status != Verified {
+				ahead = append(ahead, s)
+			}
+		}
+		for _, others := range []bool{false, true} {
+			p := r.Clone()
+			projectFullest(p, ahead, others)
+			check(fmt.Sprintf("record %d, projected (others %t)", i, others), p)
+		}
+		p := r.Clone()
+		projectFullest(p, ahead[:min(len(ahead), 1)], false)
+		check(fmt.Sprintf("record %d, one step projected", i), p)
+	}
+}
+
+// FuzzSize: Size is the encoded length for any record the fuzzer makes.
+func FuzzSize(f *testing.F) {
+	f.Add("run-1", "ldh", "2026-10-13", int64(1), int64(2), []byte(`{"a":[1,"é<"]}`))
+	f.Add("a\"b\\c\n\x01\u2028<>&", "\xff\xfe", "é✓😀", int64(-1), int64(999999999999999), []byte(` [ {"b":1,"a":2} ] `))
+	f.Add("", "", "", int64(3), int64(1234567890123456), []byte(`null`))
+	f.Add("x", "y", "z", int64(4), int64(0), []byte(`1.5`))
+	f.Add("x", "y", "z", int64(5), int64(0), []byte(" \"\u2028 <b>\" "))
+	f.Fuzz(func(t *testing.T, s1, s2, s3 string, n1, n2 int64, raw []byte) {
+		r := fuzzRecord(s1, s2, s3, n1, n2, raw)
+		if !json.Valid(raw) {
+			return
+		}
+		got, err := Size(r)
+		want, werr := sizeEncoded(r)
+		if got != want || (err == nil) != (werr == nil) {
+			t.Fatalf("Size %d (%v), encoded %d (%v)", got, err, want, werr)
+		}
+	})
+}
