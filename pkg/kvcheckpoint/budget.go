@@ -1,6 +1,7 @@
 package kvcheckpoint
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -78,6 +79,19 @@ func Size(r *Record) (int, error) {
 		return c.storedLen(sumLen) + signatureRoom, nil
 	}
 	return sizeEncoded(r)
+}
+
+// OutputSize is the length of o as a record stores it (a step's output, a snapshot): what a
+// record's size changes by when one output takes the place of another.
+func OutputSize(o *Output) int {
+	c := getCanonical()
+	defer putCanonical(c)
+	c.out, c.verbatim = c.out[:0], c.verbatim[:0]
+	if c.output(o) {
+		return c.writtenLen()
+	}
+	b, _ := json.Marshal(o)
+	return len(b)
 }
 
 // sumLen is the length of a record's sum: "sha256:" and 64 hex digits.

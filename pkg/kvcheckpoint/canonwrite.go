@@ -315,7 +315,12 @@ func (c *canonical) stored(sum string, sig []byte) []byte {
 
 // storedLen is the length of stored(sum, nil) for a sum of sumLen bytes, without making it.
 func (c *canonical) storedLen(sumLen int) int {
-	n := len(c.out) + len(`,"sum":""`) + sumLen
+	return c.writtenLen() + len(`,"sum":""`) + sumLen
+}
+
+// writtenLen is the length of out with its embedded values as stored writes them.
+func (c *canonical) writtenLen() int {
+	n := len(c.out)
 	for _, v := range c.verbatim {
 		n += storedRawLen(v.raw) - (v.end - v.start)
 	}

@@ -37,7 +37,8 @@ func randomRecord(rng *rand.Rand) *Record {
 		case 2:
 			return json.RawMessage(`["` + strings.Repeat("\u00e9", rng.IntN(100)) + `", 12, true]`)
 		default:
-			return json.RawMessage(`"` + text(rng.IntN(40)) + `"`)
+			b, _ := json.Marshal(text(rng.IntN(40)))
+			return b
 		}
 	}
 	for i, name := range names {
@@ -106,7 +107,7 @@ func TestSizeIsTheEncodedLength(t *testing.T) {
 		t.Helper()
 		got, err := Size(r)
 		want, werr := sizeEncoded(r)
-		if got != want || (err == nil) != (werr == nil) {
+		if got != want || err != nil || werr != nil {
 			t.Fatalf("%s: Size %d (%v), encoded %d (%v)", what, got, err, want, werr)
 		}
 	}
@@ -148,4 +149,32 @@ func FuzzSize(f *testing.F) {
 			t.Fatalf("Size %d (%v), encoded %d (%v)", got, err, want, werr)
 		}
 	})
+}
+
+// OutputSize is what a record's size changes by when an output takes another's place.
+func TestOutputSizeIsTheChange(t *testing.T) {
+	rng := rand.New(rand.NewPCG(18, 4))
+	for i := range 2000 {
+		r := randomRecord(rng)
+		var name string
+		for _, s := range r.Pipeline {
+			if st := r.Step(s); st.Output != nil {
+				name = s
+			}
+		}
+		if name == "" {
+			continue
+		}
+		before, err := sizeEncoded(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := r.Step(name).Output
+		moved := &Output{Object: r.RunID + "/" + name + "/" + strings.Repeat("f", 64), Digest: old.Digest, Size: old.Size}
+		r.Step(name).Output = moved
+		after, _ := sizeEncoded(r)
+		if got, want := OutputSize(old)-OutputSize(moved), before-after; got != want {
+			t.Fatalf("record %d: OutputSize says %d bytes back, the record gives %d back (inline %s)", i, got, want, old.Inline)
+		}
+	}
 }

@@ -49,15 +49,35 @@ func (r *Runner) fitOutputs(ctx context.Context, a *Attempt, base *kc.Record, re
 		r.applyCommit(n, a, res, o)
 		return n
 	}
-	for {
-		n := committed()
-		inlineSnapshot := o.snapshot != nil && len(o.snapshot.Inline) > 0
-		if !inlineSnapshot && kc.StepRoom(n, next) >= listMargin || kc.Room(n) >= 0 {
-			break
+	// The room is measured on the committed record, then follows the moves by their sizes
+	// (kc.OutputSize: a move changes the record's size by that, and no projection changes a
+	// verified step's output or a snapshot), and is measured again to confirm a fit.
+	var n *kc.Record
+	stepRoom, room, haveRoom, since := 0, 0, false, 0
+	measure := func() {
+		n = committed()
+		stepRoom, haveRoom, since = kc.StepRoom(n, next), false, 0
+	}
+	fits := func() bool {
+		if (o.snapshot == nil || len(o.snapshot.Inline) == 0) && stepRoom+since >= listMargin {
+			return true
+		}
+		if !haveRoom {
+			room, haveRoom = kc.Room(n), true
+		}
+		return room+since >= 0
+	}
+	for measure(); ; {
+		if fits() {
+			if since == 0 {
+				break
+			}
+			measure()
+			continue
 		}
 		ptr, from := o.snapshot, a.Step
-		if !inlineSnapshot {
-			ptr, from = largestEarlier(n, a.Step)
+		if ptr == nil || len(ptr.Inline) == 0 {
+			ptr, from = largestEarlier(base, o.moved, a.Step)
 		}
 		if ptr == nil && o.output != nil && len(o.output.Inline) > 0 {
 			ptr, from = o.output, a.Step
@@ -69,6 +89,7 @@ func (r *Runner) fitOutputs(ctx context.Context, a *Attempt, base *kc.Record, re
 		if err != nil {
 			return o, Temporary(err)
 		}
+		since += kc.OutputSize(ptr) - kc.OutputSize(moved)
 		if ptr == o.output || ptr == o.snapshot {
 			*ptr = *moved
 			continue
@@ -102,14 +123,14 @@ func (r *Runner) fitOutputs(ctx context.Context, a *Attempt, base *kc.Record, re
 	return o, nil
 }
 
-// largestEarlier is the largest inline output of n's verified steps other than step (the
-// earliest of equal ones), and its step; nil when none is inline.
-func largestEarlier(n *kc.Record, step string) (*kc.Output, string) {
+// largestEarlier is the largest inline output of base's verified steps other than step and
+// those moved already (the earliest of equal ones), and its step; nil when none is inline.
+func largestEarlier(base *kc.Record, moved map[string]*kc.Output, step string) (*kc.Output, string) {
 	var best *kc.Output
 	name := ""
-	for _, s := range n.Pipeline {
-		st := n.Step(s)
-		if s == step || st.Status != kc.Verified || st.Output == nil || len(st.Output.Inline) == 0 {
+	for _, s := range base.Pipeline {
+		st := base.Step(s)
+		if s == step || moved[s] != nil || st.Status != kc.Verified || st.Output == nil || len(st.Output.Inline) == 0 {
 			continue
 		}
 		if best == nil || len(st.Output.Inline) > len(best.Inline) {
