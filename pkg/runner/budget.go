@@ -15,7 +15,7 @@ import (
 // The record's budget (kvcheckpoint, "The record's budget"), as the runner keeps it:
 //
 //   - a commit keeps outputs inline while the next step keeps its room (kc.StepRoom, what
-//     that step checks before it starts) and no snapshot is inline, or while kc.Room of the
+//     that step checks before it starts), and an inline snapshot while kc.Room of the
 //     committed record stays ≥ 0; short of that it moves inline outputs, the earlier steps'
 //     too, to the artifact store in the commit itself; it lists parked items only while the
 //     next step keeps its room (fitOutputs), decided from the record the commit is applied
@@ -34,11 +34,12 @@ const listMargin = 128
 // fitOutputs decides, for the commit of res on base, which outputs stay inline and how many
 // parked items the record lists. One criterion, the one the next step checks before it
 // starts (roomFor): the committed record must leave the next step its room (kc.StepRoom)
-// with listMargin to spare for what its take adds; or, short of that, the whole promise
-// holds (kc.Room ≥ 0). Until it does, inline outputs move to the artifact store: the
-// snapshot first (makeRoom does not move it, so it stays inline only within the whole
-// promise), then the verified steps' outputs, the largest first, in this same commit, and
-// the step's own last (the next step is the likeliest to read it). Then the list shortens
+// with listMargin to spare for what its take adds; and a record with an inline snapshot
+// must keep the whole promise (kc.Room ≥ 0, which implies the former). Until it does, inline
+// outputs move to the artifact store: the snapshot first (makeRoom does not move it, so it
+// stays inline only within the whole promise), then the verified steps' outputs, the
+// largest first, in this same commit, and the step's own last (the next step is the
+// likeliest to read it), while a move gives anything back. Then the list shortens
 // until the next step has its room. A list that does not show every item in full has its
 // artifact. So a commit never leaves the next step a record it finds short (makeRoom is for
 // records written otherwise: by an earlier release, or with room taken since).
@@ -59,8 +60,10 @@ func (r *Runner) fitOutputs(ctx context.Context, a *Attempt, base *kc.Record, re
 		stepRoom, haveRoom, since = kc.StepRoom(n, next), false, 0
 	}
 	fits := func() bool {
-		if (o.snapshot == nil || len(o.snapshot.Inline) == 0) && stepRoom+since >= listMargin {
-			return true
+		if o.snapshot == nil || len(o.snapshot.Inline) == 0 {
+			// kc.Room ≥ 0 would add nothing: its projection holds StepRoom's and more, so
+			// Room ≤ StepRoom - its slack.
+			return stepRoom+since >= listMargin
 		}
 		if !haveRoom {
 			room, haveRoom = kc.Room(n), true
@@ -89,7 +92,11 @@ func (r *Runner) fitOutputs(ctx context.Context, a *Attempt, base *kc.Record, re
 		if err != nil {
 			return o, Temporary(err)
 		}
-		since += kc.OutputSize(ptr) - kc.OutputSize(moved)
+		back := kc.OutputSize(ptr) - kc.OutputSize(moved)
+		if back <= 0 && ptr != o.snapshot {
+			break // the largest left is smaller than a pointer: moving gives nothing back
+		}
+		since += back
 		if ptr == o.output || ptr == o.snapshot {
 			*ptr = *moved
 			continue
