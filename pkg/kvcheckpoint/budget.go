@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/cairnhq/cairn/pkg/events"
@@ -116,7 +117,7 @@ func sizeEncoded(r *Record) (int, error) {
 // with its outputs as objects and the current step can fail and be handed over, within
 // MaxSize. Negative: r is already too full for that.
 func Room(r *Record) int {
-	p := r.Clone()
+	p := projection(r)
 	ahead := make([]string, 0, len(p.Pipeline))
 	for _, s := range p.Pipeline {
 		if p.Step(s).Status != Verified {
@@ -132,7 +133,7 @@ func Room(r *Record) int {
 // the current one: each of them checks its own room (StepRoom) before any outside effect, so
 // a rerun or a resume --after-fix of a whole run is not refused for what they may write.
 func CommandRoom(r *Record) int {
-	p := r.Clone()
+	p := projection(r)
 	var ahead []string
 	if c := p.Current(); c != "" && p.Index(c) >= 0 {
 		ahead = []string{c}
@@ -145,7 +146,7 @@ func CommandRoom(r *Record) int {
 // verified steps' diagnostics given up (as Fit would). A step checks it before any outside
 // effect: negative means the record could not take what the step would write.
 func StepRoom(r *Record, step string) int {
-	p := r.Clone()
+	p := projection(r)
 	for _, s := range p.Pipeline {
 		if st := p.Step(s); st.Status == Verified {
 			st.LastError = nil
@@ -158,6 +159,31 @@ func StepRoom(r *Record, step string) int {
 		return room(p, nil, false)
 	}
 	return room(p, []string{step}, false)
+}
+
+// projection is a copy of r for a projection to change, cheaper than Clone: the record and
+// its steps are copied one level deep, for a projection replaces their fields and never
+// writes through them (grow, Ptr and objectPointer make new values); the requests are
+// clipped, so that appending copies them; the approval, whose by and at are replaced, is
+// copied.
+func projection(r *Record) *Record {
+	p := *r
+	if r.Steps != nil {
+		p.Steps = make(map[string]*Step, len(r.Steps))
+		for name, s := range r.Steps {
+			if s != nil {
+				c := *s
+				s = &c
+			}
+			p.Steps[name] = s
+		}
+	}
+	p.Requests = slices.Clip(r.Requests)
+	if r.Approval != nil {
+		a := *r.Approval
+		p.Approval = &a
+	}
+	return &p
 }
 
 // room projects p (a copy: it is changed) as the package doc says, ahead being the steps

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -175,6 +176,58 @@ func TestOutputSizeIsTheChange(t *testing.T) {
 		after, _ := sizeEncoded(r)
 		if got, want := OutputSize(old)-OutputSize(moved), before-after; got != want {
 			t.Fatalf("record %d: OutputSize says %d bytes back, the record gives %d back (inline %s)", i, got, want, old.Inline)
+		}
+	}
+}
+
+// Room, StepRoom and CommandRoom on their cheap copy (projection) are what they are on a
+// deep copy (Clone), and leave the record as it was.
+func TestRoomsOnACheapCopy(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 15))
+	for i := range 3000 {
+		r := randomRecord(rng)
+		before, err := sizeEncoded(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc, _ := json.Marshal(r)
+		var ahead []string
+		for _, s := range r.Pipeline {
+			if r.Step(s).Status != Verified {
+				ahead = append(ahead, s)
+			}
+		}
+		if got, want := Room(r), room(r.Clone(), ahead, true)-slack; got != want {
+			t.Fatalf("record %d: Room %d, on a deep copy %d", i, got, want)
+		}
+		var current []string
+		if c := r.Current(); c != "" && r.Index(c) >= 0 {
+			current = []string{c}
+		}
+		if got, want := CommandRoom(r), room(r.Clone(), current, true)-slack; got != want {
+			t.Fatalf("record %d: CommandRoom %d, on a deep copy %d", i, got, want)
+		}
+		for _, step := range append(slices.Clone(r.Pipeline), "") {
+			d := r.Clone()
+			for _, s := range d.Pipeline {
+				if st := d.Step(s); st.Status == Verified {
+					st.LastError = nil
+					if st.ParkedArtifact != nil {
+						st.Parked = []Parked{}
+					}
+				}
+			}
+			var one []string
+			if d.Index(step) >= 0 {
+				one = []string{step}
+			}
+			if got, want := StepRoom(r, step), room(d, one, false); got != want {
+				t.Fatalf("record %d: StepRoom(%q) %d, on a deep copy %d", i, step, got, want)
+			}
+		}
+		after, _ := sizeEncoded(r)
+		if enc2, _ := json.Marshal(r); before != after || string(enc) != string(enc2) {
+			t.Fatalf("record %d changed by measuring its room:\n%s\n%s", i, enc, enc2)
 		}
 	}
 }
