@@ -231,3 +231,12 @@ func TestRoomsOnACheapCopy(t *testing.T) {
 		}
 	}
 }
+
+// rewritten is bytes.ContainsAny of the characters encoding/json rewrites.
+func TestRewritten(t *testing.T) {
+	for _, s := range []string{"", "{}", `{"a":1}`, " ", "\t", "\r", "\n", "<", ">", "&", "\u2028", "\u2029", "\u2027", "\u202a", "\xe2\x80", "\xe2", "é✓😀", `"a\u2028"`, `"x` + "\u2029", "\xe2\x80\xa8", "\xe2\x81\xa8"} {
+		if got, want := rewritten([]byte(s)), strings.ContainsAny(s, " \t\r\n<>&\u2028\u2029"); got != want {
+			t.Errorf("rewritten(%q) = %t, want %t", s, got, want)
+		}
+	}
+}
