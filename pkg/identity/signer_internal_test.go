@@ -40,3 +40,22 @@ func TestSignerSignsAsNkeys(t *testing.T) {
 		t.Fatal("a bad seed made a signer")
 	}
 }
+
+// BenchmarkSign: a record's signature by the signer's key, and by nkeys from the seed (what
+// Sign did before: nkeys derives the key at every signature).
+func BenchmarkSign(b *testing.B) {
+	seed, _ := NewSeed()
+	sg, _ := NewSigner("svc", seed)
+	kp, _ := nkeys.FromSeed([]byte(seed))
+	msg := []byte("sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
+	b.Run("signer", func(b *testing.B) {
+		for b.Loop() {
+			sg.Sign(DomainRecord, msg)
+		}
+	})
+	b.Run("nkeys", func(b *testing.B) {
+		for b.Loop() {
+			_, _ = kp.Sign(signed(DomainRecord, msg))
+		}
+	})
+}
