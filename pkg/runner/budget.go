@@ -55,6 +55,7 @@ func (r *Runner) fitOutputs(ctx context.Context, a *Attempt, base *kc.Record, re
 	// verified step's output or a snapshot), and is measured again to confirm a fit.
 	var n *kc.Record
 	stepRoom, room, haveRoom, since := 0, 0, false, 0
+	earlier := true // the earlier steps' outputs may still give room back
 	measure := func() {
 		n = committed()
 		stepRoom, haveRoom, since = kc.StepRoom(n, next), false, 0
@@ -70,6 +71,7 @@ func (r *Runner) fitOutputs(ctx context.Context, a *Attempt, base *kc.Record, re
 		}
 		return room+since >= 0
 	}
+loop:
 	for measure(); ; {
 		if fits() {
 			if since == 0 {
@@ -79,7 +81,7 @@ func (r *Runner) fitOutputs(ctx context.Context, a *Attempt, base *kc.Record, re
 			continue
 		}
 		ptr, from := o.snapshot, a.Step
-		if ptr == nil || len(ptr.Inline) == 0 {
+		if (ptr == nil || len(ptr.Inline) == 0) && earlier {
 			ptr, from = largestEarlier(base, o.moved, a.Step)
 		}
 		if ptr == nil && o.output != nil && len(o.output.Inline) > 0 {
@@ -93,8 +95,13 @@ func (r *Runner) fitOutputs(ctx context.Context, a *Attempt, base *kc.Record, re
 			return o, Temporary(err)
 		}
 		back := kc.OutputSize(ptr) - kc.OutputSize(moved)
-		if back <= 0 && ptr != o.snapshot {
-			break // the largest left is smaller than a pointer: moving gives nothing back
+		switch {
+		case back > 0 || ptr == o.snapshot:
+		case ptr == o.output:
+			break loop // smaller than its pointer: moving it gives nothing back
+		default:
+			earlier = false // the largest earlier one is smaller than its pointer, so are the rest
+			continue
 		}
 		since += back
 		if ptr == o.output || ptr == o.snapshot {
@@ -155,17 +162,6 @@ func moveOutputs(n *kc.Record, moved map[string]*kc.Output) {
 			s.Output = o
 		}
 	}
-}
-
-// largestInline is the inline one of outs with the most bytes, nil when none is inline.
-func largestInline(outs ...*kc.Output) *kc.Output {
-	var best *kc.Output
-	for _, o := range outs {
-		if o != nil && len(o.Inline) > 0 && (best == nil || len(o.Inline) > len(best.Inline)) {
-			best = o
-		}
-	}
-	return best
 }
 
 // longParked: an item the record lists cut (its artifact has it in full).
