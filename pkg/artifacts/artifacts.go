@@ -49,6 +49,9 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string) (*Store, e
 	return &Store{obj: obj}, nil
 }
 
+// maxChunk is the largest chunk an object is stored in: the client's default.
+const maxChunk = 128 * 1024
+
 // Digest is NATS's form: SHA-256=<base64url>.
 func Digest(b []byte) string {
 	h := sha256.Sum256(b)
@@ -97,7 +100,10 @@ func (s *Store) SaveObject(ctx context.Context, runID, step string, data []byte)
 	if !errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, fmt.Errorf("looking up artifact %q: %w", name, err)
 	}
-	info, err = s.obj.PutBytes(ctx, name, data)
+	// The chunk buffer sized to the data: the client's default makes one of 128 KiB, cleared,
+	// for every put, a small object's whole cost.
+	chunk := uint32(min(max(len(data), 1), maxChunk))
+	info, err = s.obj.Put(ctx, jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: chunk}}, bytes.NewReader(data))
 	if err != nil {
 		return nil, fmt.Errorf("storing artifact %q: %w", name, err)
 	}

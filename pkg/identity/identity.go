@@ -27,6 +27,7 @@ package identity
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -71,7 +72,7 @@ type Sig struct {
 // Signer signs as one service (or one approver).
 type Signer struct {
 	name string
-	kp   nkeys.KeyPair
+	key  ed25519.PrivateKey // the seed's, derived once: nkeys derives it at every Sign
 	pub  string
 }
 
@@ -85,7 +86,11 @@ func NewSigner(name, seed string) (*Signer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: the seed of %s: %v", ErrBadSeed, name, err)
 	}
-	return &Signer{name: name, kp: kp, pub: pub}, nil
+	_, raw, err := nkeys.DecodeSeed([]byte(seed))
+	if err != nil || len(raw) != ed25519.SeedSize {
+		return nil, fmt.Errorf("%w: the seed of %s: %v", ErrBadSeed, name, err)
+	}
+	return &Signer{name: name, key: ed25519.NewKeyFromSeed(raw), pub: pub}, nil
 }
 
 // NewSeed makes a new seed (a user nkey's).
@@ -115,7 +120,7 @@ func (s *Signer) PublicKey() string { return s.pub }
 
 // Sign signs msg in domain.
 func (s *Signer) Sign(domain string, msg []byte) Sig {
-	b, _ := s.kp.Sign(signed(domain, msg)) // an ed25519 key from a seed signs without error
+	b := ed25519.Sign(s.key, signed(domain, msg)) // what nkeys' Sign makes of the seed
 	return Sig{By: s.name, Key: s.pub, Sig: base64.RawStdEncoding.EncodeToString(b)}
 }
 

@@ -1,8 +1,10 @@
 package kvcheckpoint
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/cairnhq/cairn/pkg/events"
@@ -67,8 +69,37 @@ const (
 )
 
 // Size is the length of r as a Store stores it, signed (with room for the longest
-// signature), even over MaxSize.
+// signature), even over MaxSize. The length is known without the sum, which has a fixed
+// length, or the stored bytes: the canonical form, which is the stored one but for the sum
+// and the embedded values (storedLen). A record the straight writer does not take is
+// measured by encoding it (sizeEncoded).
 func Size(r *Record) (int, error) {
+	c := getCanonical()
+	defer putCanonical(c)
+	if c.canonicalRecord(r) {
+		return c.storedLen(sumLen) + signatureRoom, nil
+	}
+	return sizeEncoded(r)
+}
+
+// OutputSize is the length of o as a record stores it (a step's output, a snapshot): what a
+// record's size changes by when one output takes the place of another.
+func OutputSize(o *Output) int {
+	c := getCanonical()
+	defer putCanonical(c)
+	c.out, c.verbatim = c.out[:0], c.verbatim[:0]
+	if c.output(o) {
+		return c.writtenLen()
+	}
+	b, _ := json.Marshal(o)
+	return len(b)
+}
+
+// sumLen is the length of a record's sum: "sha256:" and 64 hex digits.
+const sumLen = len("sha256:") + 64
+
+// sizeEncoded is Size by Encode.
+func sizeEncoded(r *Record) (int, error) {
 	sum, sig := r.Sum, r.Sig
 	defer func() { r.Sum, r.Sig = sum, sig }()
 	b, err := Encode(r)
@@ -86,7 +117,7 @@ func Size(r *Record) (int, error) {
 // with its outputs as objects and the current step can fail and be handed over, within
 // MaxSize. Negative: r is already too full for that.
 func Room(r *Record) int {
-	p := r.Clone()
+	p := projection(r)
 	ahead := make([]string, 0, len(p.Pipeline))
 	for _, s := range p.Pipeline {
 		if p.Step(s).Status != Verified {
@@ -102,7 +133,7 @@ func Room(r *Record) int {
 // the current one: each of them checks its own room (StepRoom) before any outside effect, so
 // a rerun or a resume --after-fix of a whole run is not refused for what they may write.
 func CommandRoom(r *Record) int {
-	p := r.Clone()
+	p := projection(r)
 	var ahead []string
 	if c := p.Current(); c != "" && p.Index(c) >= 0 {
 		ahead = []string{c}
@@ -115,7 +146,7 @@ func CommandRoom(r *Record) int {
 // verified steps' diagnostics given up (as Fit would). A step checks it before any outside
 // effect: negative means the record could not take what the step would write.
 func StepRoom(r *Record, step string) int {
-	p := r.Clone()
+	p := projection(r)
 	for _, s := range p.Pipeline {
 		if st := p.Step(s); st.Status == Verified {
 			st.LastError = nil
@@ -130,10 +161,46 @@ func StepRoom(r *Record, step string) int {
 	return room(p, []string{step}, false)
 }
 
+// projection is a copy of r for a projection to change, cheaper than Clone: the record and
+// its steps are copied one level deep, for a projection replaces their fields and never
+// writes through them (grow, Ptr and objectPointer make new values); the requests are
+// clipped, so that appending copies them; the approval, whose by and at are replaced, is
+// copied.
+func projection(r *Record) *Record {
+	p := *r
+	if r.Steps != nil {
+		p.Steps = make(map[string]*Step, len(r.Steps))
+		for name, s := range r.Steps {
+			if s != nil {
+				c := *s
+				s = &c
+			}
+			p.Steps[name] = s
+		}
+	}
+	p.Requests = slices.Clip(r.Requests)
+	if r.Approval != nil {
+		a := *r.Approval
+		p.Approval = &a
+	}
+	return &p
+}
+
 // room projects p (a copy: it is changed) as the package doc says, ahead being the steps
 // still to commit, the first of them the one that fails; others adds what writers other than
-// the steps may add later (an approval, an undo, more command ids).
+// the steps may add later (an approval, an undo, more command ids). It is what is left of
+// MaxSize then.
 func room(p *Record, ahead []string, others bool) int {
+	projectFullest(p, ahead, others)
+	n, err := Size(p)
+	if err != nil {
+		return -MaxSize
+	}
+	return MaxSize - n
+}
+
+// projectFullest makes p the record room measures.
+func projectFullest(p *Record, ahead []string, others bool) {
 	longest := len("undo")
 	for _, s := range p.Pipeline {
 		longest = max(longest, len(s))
@@ -176,11 +243,6 @@ func room(p *Record, ahead []string, others bool) int {
 			p.Undo = &Undo{RequestID: strings.Repeat("r", requestLen), Scope: []byte(`"` + strings.Repeat("s", scopeLen) + `"`), Cursor: bigCount, Reversed: bigCount, Total: bigCount, PreviousStatus: WaitingApproval}
 		}
 	}
-	n, err := Size(p)
-	if err != nil {
-		return -MaxSize
-	}
-	return MaxSize - n
 }
 
 // project turns s into step name's fullest commit: outputs as objects, long values.

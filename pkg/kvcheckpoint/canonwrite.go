@@ -297,7 +297,7 @@ func (c *canonical) stored(sum string, sig []byte) []byte {
 	var compact, escaped bytes.Buffer
 	for _, v := range c.verbatim {
 		copyTo(v.start)
-		if !bytes.ContainsAny(v.raw, " \t\r\n<>&\u2028\u2029") {
+		if !rewritten(v.raw) {
 			out = append(out, v.raw...) // already as encoding/json would store it
 			at = v.end
 			continue
@@ -311,6 +311,48 @@ func (c *canonical) stored(sum string, sig []byte) []byte {
 	}
 	copyTo(len(c.out))
 	return out
+}
+
+// storedLen is the length of stored(sum, nil) for a sum of sumLen bytes, without making it.
+func (c *canonical) storedLen(sumLen int) int {
+	return c.writtenLen() + len(`,"sum":""`) + sumLen
+}
+
+// writtenLen is the length of out with its embedded values as stored writes them.
+func (c *canonical) writtenLen() int {
+	n := len(c.out)
+	for _, v := range c.verbatim {
+		n += storedRawLen(v.raw) - (v.end - v.start)
+	}
+	return n
+}
+
+// rewritten says whether encoding/json stores raw otherwise than as it is: raw holds space
+// between tokens (or in a string), or a character it escapes (<, >, &, U+2028, U+2029).
+// bytes.ContainsAny(raw, " \t\r\n<>&\u2028\u2029"), byte by byte.
+func rewritten(raw []byte) bool {
+	for i, b := range raw {
+		switch b {
+		case ' ', '\t', '\r', '\n', '<', '>', '&':
+			return true
+		case 0xE2: // U+2028 and U+2029 are E2 80 A8 and E2 80 A9
+			if i+2 < len(raw) && raw[i+1] == 0x80 && (raw[i+2] == 0xA8 || raw[i+2] == 0xA9) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// storedRawLen is the length of an embedded value as stored writes it.
+func storedRawLen(raw json.RawMessage) int {
+	if !rewritten(raw) {
+		return len(raw)
+	}
+	var compact, escaped bytes.Buffer
+	_ = json.Compact(&compact, raw) // raw was just parsed: valid JSON
+	json.HTMLEscape(&escaped, compact.Bytes())
+	return escaped.Len()
 }
 
 // int writes n as RFC 8785 does; more than 15 digits is left to the general path, which

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 
 	"github.com/cairnhq/cairn/pkg/events"
@@ -13,11 +14,12 @@ import (
 
 // The record's budget (kvcheckpoint, "The record's budget"), as the runner keeps it:
 //
-//   - a commit puts an output inline while kc.Room of the committed record stays ≥ 0, or,
-//     short of that, while the next step keeps its room (kc.StepRoom) and no snapshot is
-//     inline; it lists parked items only while the next step keeps its room; what does not
-//     fit goes to the artifact store (fitOutputs), decided from the record the commit is
-//     applied to, so the same record always gets the same choice;
+//   - a commit keeps outputs inline while the next step keeps its room (kc.StepRoom, what
+//     that step checks before it starts), and an inline snapshot while kc.Room of the
+//     committed record stays ≥ 0; short of that it moves inline outputs, the earlier steps'
+//     too, to the artifact store in the commit itself; it lists parked items only while the
+//     next step keeps its room (fitOutputs), decided from the record the commit is applied
+//     to, so the same record always gets the same choice;
 //   - before a step does anything (before its lease, so before any outside effect) it checks
 //     that the record, with its lease, its commit and a failure, fits (roomFor); a record
 //     without that room first has its inline outputs moved out (makeRoom), and a record that
@@ -30,43 +32,90 @@ import (
 const listMargin = 128
 
 // fitOutputs decides, for the commit of res on base, which outputs stay inline and how many
-// parked items the record lists: inline outputs move to the artifact store, the largest
-// first, until the committed record has room (kc.Room); then the list shortens until the next
-// step has its room. A list that does not show every item in full has its artifact.
+// parked items the record lists. One criterion, the one the next step checks before it
+// starts (roomFor): the committed record must leave the next step its room (kc.StepRoom)
+// with listMargin to spare for what its take adds; and a record with an inline snapshot
+// must keep the whole promise (kc.Room ≥ 0, which implies the former). Until it does, inline
+// outputs move to the artifact store: the snapshot first (makeRoom does not move it, so it
+// stays inline only within the whole promise), then the verified steps' outputs, the
+// largest first, in this same commit, and the step's own last (the next step is the
+// likeliest to read it), while a move gives anything back. Then the list shortens
+// until the next step has its room. A list that does not show every item in full has its
+// artifact. So a commit never leaves the next step a record it finds short (makeRoom is for
+// records written otherwise: by an earlier release, or with room taken since).
 func (r *Runner) fitOutputs(ctx context.Context, a *Attempt, base *kc.Record, res *Result, o outputs) (outputs, error) {
+	next := base.Next(a.Step)
 	committed := func() *kc.Record {
 		n := base.Clone()
 		r.applyCommit(n, a, res, o)
 		return n
 	}
-	for {
-		n := committed()
-		if kc.Room(n) >= 0 {
-			break
+	// The room is measured on the committed record, then follows the moves by their sizes
+	// (kc.OutputSize: a move changes the record's size by that, and no projection changes a
+	// verified step's output or a snapshot), and is measured again to confirm a fit.
+	var n *kc.Record
+	stepRoom, room, haveRoom, since := 0, 0, false, 0
+	earlier := true // the earlier steps' outputs may still give room back
+	measure := func() {
+		n = committed()
+		stepRoom, haveRoom, since = kc.StepRoom(n, next), false, 0
+	}
+	fits := func() bool {
+		if o.snapshot == nil || len(o.snapshot.Inline) == 0 {
+			// kc.Room ≥ 0 would add nothing: its projection holds StepRoom's and more, so
+			// Room ≤ StepRoom - its slack.
+			return stepRoom+since >= listMargin
 		}
-		// Short of the whole promise, an output may still stay inline while the next step
-		// keeps its room: that step, or a later one, moves it out (makeRoom) only if it finds
-		// the record short of room, before it does anything. The snapshot, which makeRoom
-		// does not move, goes out first.
-		if (o.snapshot == nil || len(o.snapshot.Inline) == 0) && kc.StepRoom(n, n.Next(a.Step)) >= listMargin {
-			break
+		if !haveRoom {
+			room, haveRoom = kc.Room(n), true
 		}
-		ptr := o.snapshot
-		if ptr == nil || len(ptr.Inline) == 0 {
-			ptr = largestInline(o.output)
+		return room+since >= 0
+	}
+loop:
+	for measure(); ; {
+		if fits() {
+			if since == 0 {
+				break
+			}
+			measure()
+			continue
+		}
+		ptr, from := o.snapshot, a.Step
+		if (ptr == nil || len(ptr.Inline) == 0) && earlier {
+			ptr, from = largestEarlier(base, o.moved, a.Step)
+		}
+		if ptr == nil && o.output != nil && len(o.output.Inline) > 0 {
+			ptr, from = o.output, a.Step
 		}
 		if ptr == nil {
 			break
 		}
-		moved, err := r.cfg.Artifacts.SaveObject(ctx, a.RunID, a.Step, ptr.Inline)
+		moved, err := r.cfg.Artifacts.SaveObject(ctx, a.RunID, from, ptr.Inline)
 		if err != nil {
 			return o, Temporary(err)
 		}
-		*ptr = *moved
+		back := kc.OutputSize(ptr) - kc.OutputSize(moved)
+		switch {
+		case back > 0 || ptr == o.snapshot:
+		case ptr == o.output:
+			break loop // smaller than its pointer: moving it gives nothing back
+		default:
+			earlier = false // the largest earlier one is smaller than its pointer, so are the rest
+			continue
+		}
+		since += back
+		if ptr == o.output || ptr == o.snapshot {
+			*ptr = *moved
+			continue
+		}
+		m := make(map[string]*kc.Output, len(o.moved)+1)
+		maps.Copy(m, o.moved)
+		m[from] = moved
+		o.moved = m
 	}
 	for o.listed > 0 {
 		n := committed()
-		if kc.StepRoom(n, n.Next(a.Step)) >= listMargin {
+		if kc.StepRoom(n, next) >= listMargin {
 			break
 		}
 		o.listed--
@@ -88,15 +137,31 @@ func (r *Runner) fitOutputs(ctx context.Context, a *Attempt, base *kc.Record, re
 	return o, nil
 }
 
-// largestInline is the inline one of outs with the most bytes, nil when none is inline.
-func largestInline(outs ...*kc.Output) *kc.Output {
+// largestEarlier is the largest inline output of base's verified steps other than step and
+// those moved already (the earliest of equal ones), and its step; nil when none is inline.
+func largestEarlier(base *kc.Record, moved map[string]*kc.Output, step string) (*kc.Output, string) {
 	var best *kc.Output
-	for _, o := range outs {
-		if o != nil && len(o.Inline) > 0 && (best == nil || len(o.Inline) > len(best.Inline)) {
-			best = o
+	name := ""
+	for _, s := range base.Pipeline {
+		st := base.Step(s)
+		if s == step || moved[s] != nil || st.Status != kc.Verified || st.Output == nil || len(st.Output.Inline) == 0 {
+			continue
+		}
+		if best == nil || len(st.Output.Inline) > len(best.Inline) {
+			best, name = st.Output, s
 		}
 	}
-	return best
+	return best, name
+}
+
+// moveOutputs points the steps' outputs of n that moved to the artifact store (fitOutputs)
+// at their objects: each only while it is still the inline output of the same digest.
+func moveOutputs(n *kc.Record, moved map[string]*kc.Output) {
+	for name, o := range moved {
+		if s := n.Steps[name]; s != nil && s.Output != nil && s.Output.Digest == o.Digest && len(s.Output.Inline) > 0 {
+			s.Output = o
+		}
+	}
 }
 
 // longParked: an item the record lists cut (its artifact has it in full).

@@ -238,8 +238,11 @@ type outputs struct {
 	output, snapshot, parked *kc.Output
 	listed                   int
 	fingerprint              string
-	open                     int
-	counted                  bool // open is a count (see countIntents)
+	// moved are the earlier steps' inline outputs the commit moves to the artifact store
+	// for room (fitOutputs), by step.
+	moved   map[string]*kc.Output
+	open    int
+	counted bool // open is a count (see countIntents)
 }
 
 func (r *Runner) saveOutputs(ctx context.Context, a *Attempt, res *Result) (outputs, error) {
@@ -273,6 +276,7 @@ func (r *Runner) saveOutputs(ctx context.Context, a *Attempt, res *Result) (outp
 }
 
 func (r *Runner) applyCommit(n *kc.Record, a *Attempt, res *Result, o outputs) {
+	moveOutputs(n, o.moved)
 	s := n.Step(a.Step)
 	finished := r.stamp()
 	token := a.Token.Value
