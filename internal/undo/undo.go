@@ -384,7 +384,7 @@ func (c *Compensator) apply(ctx context.Context, ledger *books.Ledger, stock *bo
 		}
 		// Queued under its key: a repeat before it is sent is dropped as a duplicate.
 		w.Step, w.Generation, w.Token, w.QueuedAt = Step, rec.Generation, t.Value, c.cfg.Now().UTC().Round(time.Second)
-		return true, outbox.Queue(ctx, c.cfg.JS, w)
+		return true, outbox.Queue(ctx, c.cfg.JS, w, outbox.SignedBy(c.cfg.Store.Signer()))
 	default:
 		return false, fmt.Errorf("unknown system %q", r.System)
 	}

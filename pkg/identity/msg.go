@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -88,4 +89,11 @@ func signerName(s string) bool {
 		}
 	}
 	return true
+}
+
+// Refused reports whether err is a verdict on a value (unsigned, a signature that does not
+// hold, an unknown signer, a signer not allowed), not a failure to reach the keys: a reader
+// refuses the value for good on a verdict and tries again later on anything else.
+func Refused(err error) bool {
+	return errors.Is(err, ErrUnsigned) || errors.Is(err, ErrBadSignature) || errors.Is(err, ErrUnknownSigner) || errors.Is(err, ErrNotAllowed)
 }

@@ -122,6 +122,9 @@ func (a *Attempt) RecordEffect(ctx context.Context, r saga.Record) error {
 // messages it queues (nil: unsigned).
 func (a *Attempt) Signer() *identity.Signer { return a.r.cfg.Store.Signer() }
 
+// Ring is what the step checks what it reads against (nil: nothing).
+func (a *Attempt) Ring() *identity.Ring { return a.r.cfg.Store.Ring() }
+
 // SagaTrust is what saga records are checked against by a service whose store is store:
 // its ring, each step's records written by the step's service; nil when the store checks
 // nothing.

@@ -85,6 +85,9 @@ func (t *Trust) decode(ctx context.Context, s events.Stored) (Record, *Forged, e
 		return r, nil, nil
 	}
 	if err := t.check(ctx, s, r); err != nil {
+		if !identity.Refused(err) {
+			return Record{}, nil, fmt.Errorf("checking saga record %s: %w", s.Event.ID, err) // the keys could not be read: read again later
+		}
 		return Record{}, &Forged{Seq: s.Seq, Subject: s.Msg.Subject, Key: r.Key,
 			Reason: fmt.Sprintf("saga record %s at %s sequence %d: %v", r.Key+":"+r.Phase, "CAIRN_SAGA", s.Seq, err), Msg: s.Msg}, nil
 	}
