@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -70,12 +71,22 @@ func TestUntrustedSagaAndOutboxSigned(t *testing.T) {
 				t.Fatalf("report queueing %s: %v", m.Key, err)
 			}
 		}
+		// Until the sender has settled each forgery: rejected, or (what it must not do) sent.
 		var refused map[string]events.Rejected
 		if !poll(runLimit, func() bool {
-			refused = d.rejections(ctx, assets.StreamOutbox)
-			return len(refused) == len(keys)
+			refused = d.rejections(t, ctx, assets.StreamOutbox)
+			got, settled := r.copies(), 0
+			for _, k := range keys {
+				if got[k] > 0 || slices.ContainsFunc(slices.Collect(maps.Values(refused)), func(rj events.Rejected) bool { return strings.Contains(rj.Data, `"key":"`+k+`"`) }) {
+					settled++
+				}
+			}
+			return settled == len(keys)
 		}) {
-			t.Fatalf("rejections on %s: %+v; want the %d forged messages", assets.StreamOutbox, refused, len(keys))
+			t.Fatalf("rejections on %s: %+v, relay %v; want the %d forged messages settled", assets.StreamOutbox, refused, r.copies(), len(keys))
+		}
+		if len(refused) != len(keys) {
+			t.Errorf("%d rejections on %s, want the %d forged messages", len(refused), assets.StreamOutbox, len(keys))
 		}
 		for _, rj := range refused {
 			var m outbox.Message
@@ -109,7 +120,7 @@ func TestUntrustedSagaAndOutboxSigned(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec := d.record()
+		rec := d.record(t)
 		plan := len(saga.Plan(real, rec.Pipeline, saga.Scope{}))
 
 		pl, _, err := d.connect("post-ledger")
@@ -161,7 +172,7 @@ func TestUntrustedSagaAndOutboxSigned(t *testing.T) {
 			t.Fatalf("cairn undo %s: %v\n%s", runID, err, out)
 		}
 		d.waitRun("undone", func(r *kc.Record) bool { return r.Status == kc.Undone })
-		done := d.record()
+		done := d.record(t)
 		if done.Undo == nil || done.Undo.Total != plan {
 			t.Errorf("undo %+v: want the %d real effects in its plan, no forged one", done.Undo, plan)
 		}
@@ -194,7 +205,7 @@ func TestUntrustedSagaAndOutboxSigned(t *testing.T) {
 				t.Errorf("%s marked %q (%v): the forged mail effect was reversed", k, mark, err)
 			}
 		}
-		refused := d.rejections(ctx, assets.StreamSaga)
+		refused := d.rejections(t, ctx, assets.StreamSaga)
 		for i, seq := range seqs {
 			want := []string{identity.ErrNotAllowed.Error(), identity.ErrUnsigned.Error(), identity.ErrNotAllowed.Error()}[i]
 			rj, ok := refused[events.RejectedID(assets.StreamSaga, seq)]
@@ -210,11 +221,11 @@ func TestUntrustedSagaAndOutboxSigned(t *testing.T) {
 }
 
 // rejections are the refusals on cairn.rejected of messages of stream, by their ids.
-func (d *deployNight) rejections(ctx context.Context, stream string) map[string]events.Rejected {
-	d.t.Helper()
+func (d *deployNight) rejections(t *testing.T, ctx context.Context, stream string) map[string]events.Rejected {
+	t.Helper()
 	evs, err := events.ReadSubject(ctx, d.js, assets.StreamRejected, events.RejectedSubject)
 	if err != nil {
-		d.t.Fatal(err)
+		t.Fatal(err)
 	}
 	out := map[string]events.Rejected{}
 	for _, e := range evs {
@@ -227,21 +238,21 @@ func (d *deployNight) rejections(ctx context.Context, stream string) map[string]
 }
 
 // record is the run's checkpoint as it stands.
-func (d *deployNight) record() *kc.Record {
-	d.t.Helper()
+func (d *deployNight) record(t *testing.T) *kc.Record {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	kv, err := d.js.KeyValue(ctx, assets.BucketRuns)
 	if err != nil {
-		d.t.Fatal(err)
+		t.Fatal(err)
 	}
 	e, err := kv.Get(ctx, runID)
 	if err != nil {
-		d.t.Fatal(err)
+		t.Fatal(err)
 	}
 	rec, err := kc.Decode(e.Value())
 	if err != nil {
-		d.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return rec
 }
