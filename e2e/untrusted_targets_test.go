@@ -162,7 +162,8 @@ func TestUntrustedTargets(t *testing.T) {
 		forgedMail := outbox.Message{Key: "run-forged-mail:handover:mail", RunID: "run-forged-mail", Kind: outbox.KindHandover, Step: "report",
 			From: "Finance Head <ceo@cairn.local>", To: []string{"attacker@evil.example"}, Subject: "Pay this", Body: "Wire it today.\n", QueuedAt: at}
 		for _, m := range []outbox.Message{toAdmin, forgedMail} {
-			if err := outbox.Queue(ctx, js, m); err != nil {
+			// Signed by report, whose notices these may be: only the addresses stop them.
+			if err := outbox.Queue(ctx, js, m, outbox.SignedBy(d.signer("report"))); err != nil {
 				t.Fatalf("report queueing %s: %v", m.Key, err)
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/cairnhq/cairn/internal/service"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
+	"github.com/cairnhq/cairn/pkg/identity"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/saga"
@@ -319,7 +320,12 @@ func printUndelivered(ctx context.Context, js jetstream.JetStream, r *kc.Record)
 		fmt.Printf("outbox     unknown: %v\n", err)
 		return
 	}
-	pending, queued, err := supervisor.Undelivered(ctx, js, marks, r)
+	// What the sender would send: a forged message (refused on cairn.rejected) is not waited on.
+	var trust *outbox.Trust
+	if ring, err := identity.OpenRing(ctx, js); err == nil {
+		trust = &outbox.Trust{Ring: ring}
+	}
+	pending, queued, err := supervisor.Undelivered(ctx, js, trust, marks, r)
 	if err != nil {
 		fmt.Printf("outbox     unknown: %v\n", err)
 		return

@@ -109,7 +109,7 @@ func (s debitNotesStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Res
 		return nil, err
 	}
 	writes := p.writes
-	if err := keyed(ctx, a, mailEffects(a, writes, s.noteOps(a)), func(i int) error { return outbox.Queue(ctx, a.JS(), writes[i]) }); err != nil {
+	if err := keyed(ctx, a, mailEffects(a, writes, s.noteOps(a)), func(i int) error { return outbox.Queue(ctx, a.JS(), writes[i], outbox.SignedBy(a.Signer())) }); err != nil {
 		return nil, err
 	}
 	out := noteOutput{Notes: make([]queuedNote, len(p.rows.stand))}
@@ -125,7 +125,7 @@ func (s debitNotesStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Res
 // standingNotes are the debit notes of earlier generations that went (or are still to go,
 // when queued by this generation), none withdrawn since.
 func (s debitNotesStep) standingNotes(ctx context.Context, a *runner.Attempt) ([]outbox.Message, error) {
-	msgs, err := supervisor.Queued(ctx, a.JS(), a.RunID)
+	msgs, err := supervisor.QueuedBy(ctx, a.JS(), outboxTrust(a), a.RunID)
 	if err != nil {
 		return nil, runner.Temporary(err)
 	}
@@ -247,7 +247,7 @@ func queuedAll(ctx context.Context, a *runner.Attempt, keys []string) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	msgs, err := supervisor.Queued(ctx, a.JS(), a.RunID)
+	msgs, err := supervisor.QueuedBy(ctx, a.JS(), outboxTrust(a), a.RunID)
 	if err != nil {
 		return runner.Temporary(err)
 	}
@@ -293,7 +293,7 @@ func (s reportStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result,
 	subject, body := recon.ReportText(a.RunID, a.Params.Warehouse, a.Params.Date, rep)
 	m := debitNotesStep(s).message(a, "report", key, s.e.FinanceTo, subject, body)
 	if err := keyed(ctx, a, mailEffects(a, []outbox.Message{m}, debitNotesStep(s).noteOps(a)), func(int) error {
-		return outbox.Queue(ctx, a.JS(), m)
+		return outbox.Queue(ctx, a.JS(), m, outbox.SignedBy(a.Signer()))
 	}); err != nil {
 		return nil, err
 	}
@@ -307,4 +307,13 @@ func (s reportStep) Verify(ctx context.Context, a *runner.Attempt, r *runner.Res
 		return err
 	}
 	return queuedAll(ctx, a, out.Keys)
+}
+
+// outboxTrust is what the step checks a run's outbox against: a forged message is never
+// taken for a note that stands, nor for one of its own.
+func outboxTrust(a *runner.Attempt) *outbox.Trust {
+	if ring := a.Ring(); ring != nil {
+		return &outbox.Trust{Ring: ring}
+	}
+	return nil
 }

@@ -251,7 +251,7 @@ func (d *Deps) RunStep(ctx context.Context, env *night.Env, step string) error {
 		RetryAttempts: d.Config.RetryAttempts, LoopGuard: d.Config.LoopGuard, ParkLimit: d.Config.RunnerParkLimit(),
 		MaxDeliver: d.Config.MaxDeliver, Faults: d.Faults, Now: d.Now, Logger: d.Logger.With(slog.String("service", step)),
 		Finishing: d.settleAs(store), StopGrace: d.Config.StopGrace, Metrics: d.Metrics, Concurrency: d.Config.StepConcurrency,
-		Approval: slices.Contains(d.Config.ApprovalSteps, step), Notify: d.notify, CodeVersion: CodeVersion(),
+		Approval: slices.Contains(d.Config.ApprovalSteps, step), Notify: d.notifyAs(step), CodeVersion: CodeVersion(),
 		// Unready at once: the step in hand still has its grace before Run returns.
 		Ended: func(err error) { d.fail(fmt.Errorf("service %s stopped: %w", step, err)) },
 	})
@@ -294,7 +294,7 @@ func (d *Deps) RunSupervisor(ctx context.Context) error {
 		JS: d.JS, Store: d.storeOf("supervisor"), Approvers: d.Ring, Marks: d.Marks, Handovers: d.Handovers, NaturalKeys: d.Natural, Pipeline: night.Pipeline, Lease: d.Config.Lease,
 		TakeoverGap: d.Config.TakeoverGap, Heartbeat: d.Config.Heartbeat, StallTimeout: d.Config.StallTimeout, ApprovalTimeout: d.Config.ApprovalTimeout, ReassignLimit: d.Config.ReassignLimit,
 		OutboxStall: d.Config.OutboxStall,
-		Now:         d.Now, Logger: d.Logger.With(slog.String("service", "supervisor")), Metrics: d.Metrics, Notify: d.notify, Faults: d.Faults,
+		Now:         d.Now, Logger: d.Logger.With(slog.String("service", "supervisor")), Metrics: d.Metrics, Notify: d.notifyAs("supervisor"), Faults: d.Faults,
 	})
 	if err != nil {
 		return err
@@ -323,7 +323,7 @@ func (d *Deps) RunOutboxSender(ctx context.Context) error {
 	d.Metrics.Func("cairn_outbox_backlog", "Outbox messages not yet sent (pending and unacknowledged on the outbox-sender consumer).", d.outboxBacklog(ctx))
 	s, err := outbox.NewSender(outbox.SenderConfig{
 		JS: d.JS, Transport: countingTransport{t, d.Metrics}, Logger: log, Timeout: turn, MaxBackoff: d.Config.OutboxBackoff,
-		Admit: outbox.RecordAdmission(d.Store), Faults: d.Faults,
+		Admit: outbox.RecordAdmission(d.Store), Faults: d.Faults, Trust: d.outboxTrust(),
 		Allow:  d.Config.allow(),
 		Marked: d.settleAs(d.storeOf("outbox-sender")),
 		Dropped: func(ctx context.Context, m outbox.Message, reason string) {
@@ -413,8 +413,9 @@ func (c Config) allow() outbox.Allow {
 
 // notify queues, through the outbox, the notifications of a handover or of a wait for
 // approval: a mail to CAIRN_NOTIFY_EMAIL and a signed POST of the note to
-// CAIRN_NOTIFY_WEBHOOK. Each is keyed by the note's id, so each handover notifies once.
-func (d *Deps) notify(ctx context.Context, kind string, note runner.HandoverNote, generation int, token uint64) {
+// CAIRN_NOTIFY_WEBHOOK, queued (and signed) by service by. Each is keyed by the note's id,
+// so each handover notifies once.
+func (d *Deps) notify(ctx context.Context, by, kind string, note runner.HandoverNote, generation int, token uint64) {
 	c := d.Config
 	if c.NotifyEmail == "" && c.NotifyWebhook == "" {
 		return
@@ -450,7 +451,7 @@ func (d *Deps) notify(ctx context.Context, kind string, note runner.HandoverNote
 		}
 	}
 	for _, m := range msgs {
-		if err := outbox.Queue(ctx, d.JS, m); err != nil {
+		if err := outbox.Queue(ctx, d.JS, m, outbox.SignedBy(d.signers[by])); err != nil {
 			d.Logger.Error("queueing a notification", slog.String("run_id", note.RunID), slog.String("key", m.Key), slog.Any("error", err))
 		}
 	}

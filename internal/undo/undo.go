@@ -234,10 +234,11 @@ func (c *Compensator) undo(ctx context.Context, m jetstream.Msg, runID, id strin
 	if busy(rec) {
 		return nil // after the other undo
 	}
-	effects, err := saga.Effects(ctx, c.cfg.JS, runID)
+	effects, forged, err := saga.Effects(ctx, c.cfg.JS, runner.SagaTrust(c.cfg.Store), runID)
 	if err != nil {
 		return err
 	}
+	refused := c.refuseForged(ctx, runID, forged)
 	plan := saga.Plan(effects, rec.Pipeline, sc)
 	scopeJSON, _ := json.Marshal(sc)
 	h, err := c.cfg.Store.Take(ctx, rec, rev, c.owner, Step, func(r *kc.Record) {
@@ -251,7 +252,7 @@ func (c *Compensator) undo(ctx context.Context, m jetstream.Msg, runID, id strin
 		}
 		r.DropCommand(id)
 		r.Status = kc.Undoing
-		r.NextAction = fmt.Sprintf("reverse %d effects of %s, newest first", len(plan), runID)
+		r.NextAction = fmt.Sprintf("reverse %d effects of %s, newest first%s", len(plan), runID, refused)
 	})
 	if errors.Is(err, kc.ErrConflict) || errors.Is(err, kc.ErrLeaseHeld) {
 		return fmt.Errorf("run %s changed: %w", runID, errWait) // read again at once: the next delivery waits in the record if it must
@@ -382,7 +383,7 @@ func (c *Compensator) apply(ctx context.Context, ledger *books.Ledger, stock *bo
 		}
 		// Queued under its key: a repeat before it is sent is dropped as a duplicate.
 		w.Step, w.Generation, w.Token, w.QueuedAt = Step, rec.Generation, t.Value, c.cfg.Now().UTC().Round(time.Second)
-		return true, outbox.Queue(ctx, c.cfg.JS, w)
+		return true, outbox.Queue(ctx, c.cfg.JS, w, outbox.SignedBy(c.cfg.Store.Signer()))
 	default:
 		return false, fmt.Errorf("unknown system %q", r.System)
 	}

@@ -26,6 +26,27 @@ const directMax = 64
 // The first messages are asked of the leader one at a time (the next under subject after
 // the last one read); a longer history is read on through an ordered consumer.
 func ReadSubject(ctx context.Context, js jetstream.JetStream, stream, subject string) ([]Event, error) {
+	stored, err := ReadStored(ctx, js, stream, subject)
+	if err != nil || len(stored) == 0 {
+		return nil, err
+	}
+	out := make([]Event, len(stored))
+	for i, m := range stored {
+		out[i] = m.Event
+	}
+	return out, nil
+}
+
+// Stored is an event as its stream holds it: its sequence and the message, headers included
+// (a reader that checks a signature needs both).
+type Stored struct {
+	Seq   uint64
+	Msg   *nats.Msg
+	Event Event
+}
+
+// ReadStored is ReadSubject with each event's sequence and message.
+func ReadStored(ctx context.Context, js jetstream.JetStream, stream, subject string) ([]Stored, error) {
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s on %s: %w", subject, stream, err)
@@ -37,7 +58,7 @@ func ReadSubject(ctx context.Context, js jetstream.JetStream, stream, subject st
 	if err != nil {
 		return nil, fmt.Errorf("reading %s on %s: %w", subject, stream, err)
 	}
-	var out []Event
+	var out []Stored
 	next := uint64(1)
 	for range directMax {
 		m, err := st.GetMsg(ctx, next, jetstream.WithGetMsgSubject(subject))
@@ -47,7 +68,7 @@ func ReadSubject(ctx context.Context, js jetstream.JetStream, stream, subject st
 		if err != nil {
 			return nil, fmt.Errorf("reading %s on %s at sequence %d: %w", subject, stream, next, err)
 		}
-		out = appendDecoded(out, &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
+		out = appendDecoded(out, m.Sequence, &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
 		if m.Sequence >= last.Sequence {
 			return out, nil
 		}
@@ -58,7 +79,7 @@ func ReadSubject(ctx context.Context, js jetstream.JetStream, stream, subject st
 
 // readOn reads the messages under subject from sequence from to last through an ordered
 // consumer, which the server removes soon after the read.
-func readOn(ctx context.Context, js jetstream.JetStream, stream, subject string, from, last uint64, out []Event) ([]Event, error) {
+func readOn(ctx context.Context, js jetstream.JetStream, stream, subject string, from, last uint64, out []Stored) ([]Stored, error) {
 	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject},
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from, InactiveThreshold: 15 * time.Second})
 	if err != nil {
@@ -76,7 +97,7 @@ func readOn(ctx context.Context, js jetstream.JetStream, stream, subject string,
 			if meta, err := m.Metadata(); err == nil {
 				seen = meta.Sequence.Stream
 			}
-			out = appendDecoded(out, &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+			out = appendDecoded(out, seen, &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
 		}
 		if got > 0 {
 			continue
@@ -88,15 +109,15 @@ func readOn(ctx context.Context, js jetstream.JetStream, stream, subject string,
 		if meta, err := m.Metadata(); err == nil {
 			seen = meta.Sequence.Stream
 		}
-		out = appendDecoded(out, &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+		out = appendDecoded(out, seen, &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
 	}
 	return out, nil
 }
 
 // appendDecoded appends m's event, or nothing when m is not one.
-func appendDecoded(out []Event, m *nats.Msg) []Event {
+func appendDecoded(out []Stored, seq uint64, m *nats.Msg) []Stored {
 	if e, err := Decode(m); err == nil {
-		return append(out, e)
+		return append(out, Stored{Seq: seq, Msg: m, Event: e})
 	}
 	return out
 }

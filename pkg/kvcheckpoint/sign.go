@@ -153,6 +153,10 @@ func (s *Store) As(sg *identity.Signer) *Store {
 // Signer is who the store signs as (nil: it writes unsigned records).
 func (s *Store) Signer() *identity.Signer { return s.signer }
 
+// Ring is the ring the store checks what it reads against (nil: none): the one a service
+// checks its other reads with too (saga records, outbox messages).
+func (s *Store) Ring() *identity.Ring { return s.ring }
+
 // Check verifies r, read at revision rev, as every read of the store does: nil without a
 // ring; else its signature and its signer's role, or an unsigned record at or below the
 // seal. A failure is ErrCorrupt and ErrForged. A watcher that decodes entries itself calls

@@ -76,8 +76,11 @@ type SenderConfig struct {
 	// after its mark moved to refused and before it is terminated, so the caller can
 	// record the error for the person who takes the run over. May be nil.
 	Refused func(ctx context.Context, m Message, err error)
-	// Rejected is called for an undecodable message before it is Term'ed, so the
-	// caller can record it on cairn.rejected. May be nil.
+	// Trust checks who queued each message (trust.go); a message it refuses is rejected
+	// (Rejected is called) and terminated, before any mark. nil checks nothing.
+	Trust *Trust
+	// Rejected is called for an undecodable or forged message before it is Term'ed, so
+	// the caller can record it on cairn.rejected. May be nil.
 	Rejected func(ctx context.Context, msg jetstream.Msg, reason error)
 }
 

@@ -68,6 +68,14 @@
 // is never asked about: the runs whose records cannot be trusted are the ones whose
 // notice must arrive.
 //
+// # Signatures
+//
+// [Queue] with [SignedBy] signs a message as its queuing service (header Cairn-Sig). A sender
+// with a [SenderConfig].Trust checks, before anything else, that the service that may queue
+// the message signed it ([Trust.May]); a forged or unsigned one (past the seal) is rejected
+// ([SenderConfig].Rejected) and terminated, no mark written, so it neither goes out nor
+// holds up the real message of its key.
+//
 // # Workers
 //
 // A sender works on up to [SenderConfig].Workers messages at once, each turn bounded by

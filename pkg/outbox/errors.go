@@ -34,3 +34,7 @@ var (
 	// does not check out.
 	ErrSignature = errors.New("webhook signature does not verify")
 )
+
+// ErrForged marks a message whose signature does not hold, that is unsigned past the seal,
+// or whose signer may not queue it (Trust): it is rejected, never sent.
+var ErrForged = errors.New("outbox message not from a service that may queue it")

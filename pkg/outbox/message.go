@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/pkg/events"
+	"github.com/cairnhq/cairn/pkg/identity"
 )
 
 // Message is one outside message, queued on CAIRN_OUTBOX under its key.
@@ -129,7 +130,13 @@ func EventID(m Message) string {
 // A restart's copy has another Msg-Id (a higher token), so the stream cannot compare it with
 // the dead attempt's; the caller compares it with what it recorded before (the saga intent's
 // digest) before calling Queue.
-func Queue(ctx context.Context, js jetstream.JetStream, m Message) error {
+//
+// With SignedBy, the message carries its queuer's signature (trust.go).
+func Queue(ctx context.Context, js jetstream.JetStream, m Message, opts ...QueueOption) error {
+	var o queueOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := m.validate(); err != nil {
 		return err
 	}
@@ -140,6 +147,9 @@ func Queue(ctx context.Context, js jetstream.JetStream, m Message) error {
 	msg, err := events.Encode(events.OutboxSubject(m.RunID, m.Kind), e)
 	if err != nil {
 		return fmt.Errorf("encoding outbox event %q: %w", m.Key, err)
+	}
+	if o.signer != nil {
+		o.signer.SignMsg(identity.DomainOutbox, msg)
 	}
 	ack, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(EventID(m)))
 	if err != nil {

@@ -126,6 +126,14 @@ func (s *Sender) Handle(ctx context.Context, msg jetstream.Msg) (err error) {
 	if m, err = decode(msg); err != nil {
 		return s.reject(ctx, msg, err)
 	}
+	if err := s.c.Trust.check(ctx, msg, m); errors.Is(err, ErrForged) {
+		return s.reject(ctx, msg, err) // before any mark: a forgery of a real key moves none
+	} else if err != nil {
+		delay := backoff(msg, s.c.MaxBackoff)
+		s.c.Logger.Warn("outbox message will be retried", slog.String(attrKey, m.Key), slog.String(attrError, err.Error()), slog.Duration(attrDelay, delay))
+		_ = msg.NakWithDelay(delay)
+		return err
+	}
 	decoded = true
 	log := s.c.Logger.With(slog.String(attrRunID, m.RunID), slog.String(attrKey, m.Key), slog.String(attrStep, m.Step))
 
@@ -326,7 +334,7 @@ func (s *Sender) ack(ctx context.Context, msg jetstream.Msg, m Message, out outc
 	return nil
 }
 
-// reject records an undecodable message and terminates it: retrying cannot help.
+// reject records an undecodable or forged message and terminates it: retrying cannot help.
 func (s *Sender) reject(ctx context.Context, msg jetstream.Msg, err error) error {
 	s.c.Logger.Error("outbox message rejected", slog.String("subject", msg.Subject()), slog.String(attrError, err.Error()))
 	if s.c.Rejected != nil {

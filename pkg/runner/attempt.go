@@ -14,6 +14,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/audit"
 	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/fence"
+	"github.com/cairnhq/cairn/pkg/identity"
 	"github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/saga"
 )
@@ -107,12 +108,29 @@ func (a *Attempt) RecordEffect(ctx context.Context, r saga.Record) error {
 			a.log.Warn("intents_open left to the commit: reading the step's saga records", slog.Any("error", err))
 		}
 	}
-	if err := saga.Publish(ctx, a.r.cfg.JS, "/cairn/"+a.Step, a.r.cfg.Now(), r); err != nil {
+	if err := saga.Publish(ctx, a.r.cfg.JS, "/cairn/"+a.Step, a.r.cfg.Now(), r, saga.SignedBy(a.r.cfg.Store.Signer())); err != nil {
 		a.tally = nil // it may be stored all the same: a failure reads the records again
 		return err
 	}
 	if a.tally != nil {
 		a.tally.Add(r)
+	}
+	return nil
+}
+
+// Signer is who the step signs what it writes as: its records, its saga records, the
+// messages it queues (nil: unsigned).
+func (a *Attempt) Signer() *identity.Signer { return a.r.cfg.Store.Signer() }
+
+// Ring is what the step checks what it reads against (nil: nothing).
+func (a *Attempt) Ring() *identity.Ring { return a.r.cfg.Store.Ring() }
+
+// SagaTrust is what saga records are checked against by a service whose store is store:
+// its ring, each step's records written by the step's service; nil when the store checks
+// nothing.
+func SagaTrust(store *kvcheckpoint.Store) *saga.Trust {
+	if ring := store.Ring(); ring != nil {
+		return &saga.Trust{Ring: ring}
 	}
 	return nil
 }

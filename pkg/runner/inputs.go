@@ -58,9 +58,12 @@ func (a *Attempt) readTally(ctx context.Context) error {
 	if a.tally != nil {
 		return nil
 	}
-	t, err := saga.ReadTally(ctx, a.r.cfg.JS, a.RunID, a.Step, a.Generation)
+	t, err := saga.ReadTally(ctx, a.r.cfg.JS, SagaTrust(a.r.cfg.Store), a.RunID, a.Step, a.Generation)
 	if err != nil {
 		return Temporary(fmt.Errorf("reading the saga records of %s: %w", a.Step, err))
+	}
+	for _, f := range t.Forged {
+		a.log.Error("saga record refused, not counted", slog.Uint64("seq", f.Seq), slog.String("reason", f.Reason))
 	}
 	a.tally = t
 	return nil

@@ -2,7 +2,6 @@ package saga
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -18,10 +17,10 @@ import (
 // token, another Msg-Id) from a message with another text.
 type Intents map[string]Record
 
-// ReadIntents reads the step's records of a run. A step with none (a first attempt) costs one
-// request.
-func ReadIntents(ctx context.Context, js jetstream.JetStream, runID, step string) (Intents, error) {
-	t, err := ReadTally(ctx, js, runID, step, 0)
+// ReadIntents reads the step's records of a run, those trust accepts (all with a nil trust).
+// A step with none (a first attempt) costs one request.
+func ReadIntents(ctx context.Context, js jetstream.JetStream, trust *Trust, runID, step string) (Intents, error) {
+	t, err := ReadTally(ctx, js, trust, runID, step, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -36,8 +35,10 @@ func ReadIntents(ctx context.Context, js jetstream.JetStream, runID, step string
 type Tally struct {
 	Generation int
 	First      Intents
-	intended   map[string]struct{}
-	done       map[string]struct{}
+	// Forged are the records the read refused (Trust): not counted.
+	Forged   []Forged
+	intended map[string]struct{}
+	done     map[string]struct{}
 }
 
 // NewTally is the tally of a step with no records yet, counting generation's intents.
@@ -45,18 +46,23 @@ func NewTally(generation int) *Tally {
 	return &Tally{Generation: generation, First: Intents{}, intended: map[string]struct{}{}, done: map[string]struct{}{}}
 }
 
-// ReadTally reads the step's records of a run into a tally counting generation's intents.
-// A step with none costs one request.
-func ReadTally(ctx context.Context, js jetstream.JetStream, runID, step string, generation int) (*Tally, error) {
-	evs, err := events.ReadSubject(ctx, js, assets.StreamSaga, events.SagaSubject(runID, step))
+// ReadTally reads the step's records of a run into a tally counting generation's intents:
+// those trust accepts (all with a nil trust); the others are in Forged, not counted. A step
+// with none costs one request.
+func ReadTally(ctx context.Context, js jetstream.JetStream, trust *Trust, runID, step string, generation int) (*Tally, error) {
+	evs, err := events.ReadStored(ctx, js, assets.StreamSaga, events.SagaSubject(runID, step))
 	if err != nil {
 		return nil, err
 	}
 	t := NewTally(generation)
 	for _, e := range evs {
-		var r Record
-		if err := e.Unmarshal(&r); err != nil {
-			return nil, fmt.Errorf("saga record %s: %w", e.ID, err)
+		r, bad, err := trust.decode(ctx, e)
+		if err != nil {
+			return nil, err
+		}
+		if bad != nil {
+			t.Forged = append(t.Forged, *bad)
+			continue
 		}
 		t.Add(r)
 	}

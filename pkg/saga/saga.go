@@ -25,6 +25,7 @@ import (
 
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
+	"github.com/cairnhq/cairn/pkg/identity"
 )
 
 // Phases of a record.
@@ -66,8 +67,13 @@ type Record struct {
 }
 
 // Publish stores r on cairn.saga.<run_id>.<step> and waits for the stream's ack. Its
-// Msg-Id is "<key>:<phase>", so a repeat within the duplicate window is dropped.
-func Publish(ctx context.Context, js jetstream.JetStream, source string, now time.Time, r Record) error {
+// Msg-Id is "<key>:<phase>", so a repeat within the duplicate window is dropped. With
+// SignedBy, the record carries its writer's signature (trust.go).
+func Publish(ctx context.Context, js jetstream.JetStream, source string, now time.Time, r Record, opts ...PublishOption) error {
+	var o publishOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	id := r.Key + ":" + r.Phase
 	e, err := events.New(id, events.TypeSaga, source, r.RunID, now, r)
 	if err != nil {
@@ -76,6 +82,9 @@ func Publish(ctx context.Context, js jetstream.JetStream, source string, now tim
 	m, err := events.Encode(events.SagaSubject(r.RunID, r.Step), e)
 	if err != nil {
 		return fmt.Errorf("saga record %s: %w", id, err)
+	}
+	if o.signer != nil {
+		o.signer.SignMsg(identity.DomainSaga, m)
 	}
 	if _, err := js.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("saga record %s: %w", id, err)
@@ -91,18 +100,24 @@ type Effect struct {
 }
 
 // Effects reads a run's records and folds them into its effects, one per key, in the order
-// their intents were first recorded.
-func Effects(ctx context.Context, js jetstream.JetStream, runID string) ([]Effect, error) {
-	evs, err := events.ReadSubject(ctx, js, assets.StreamSaga, events.SagaSubject(runID, "*"))
+// their intents were first recorded. With a trust, the records it refuses are left out of
+// the effects and returned as forged, in stream order.
+func Effects(ctx context.Context, js jetstream.JetStream, trust *Trust, runID string) ([]Effect, []Forged, error) {
+	evs, err := events.ReadStored(ctx, js, assets.StreamSaga, events.SagaSubject(runID, "*"))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	byKey := map[string]*Effect{}
 	var order []string
+	var forged []Forged
 	for i, e := range evs {
-		var r Record
-		if err := e.Unmarshal(&r); err != nil {
-			return nil, fmt.Errorf("saga record %s: %w", e.ID, err)
+		r, bad, err := trust.decode(ctx, e)
+		if err != nil {
+			return nil, nil, err
+		}
+		if bad != nil {
+			forged = append(forged, *bad)
+			continue
 		}
 		ef, ok := byKey[r.Key]
 		if !ok && r.Phase == Intent {
@@ -118,7 +133,7 @@ func Effects(ctx context.Context, js jetstream.JetStream, runID string) ([]Effec
 	for _, k := range order {
 		out = append(out, *byKey[k])
 	}
-	return out, nil
+	return out, forged, nil
 }
 
 // Scope narrows an undo; empty fields match everything.

@@ -218,7 +218,7 @@ func (s *Supervisor) intentsOpen(ctx context.Context, rec *kc.Record, step strin
 	}
 	rctx, cancel := context.WithTimeout(ctx, runner.CountTimeout)
 	defer cancel()
-	t, err := saga.ReadTally(rctx, s.cfg.JS, rec.RunID, step, rec.Generation)
+	t, err := saga.ReadTally(rctx, s.cfg.JS, runner.SagaTrust(s.cfg.Store), rec.RunID, step, rec.Generation)
 	if err != nil {
 		s.log.Warn("intents_open not counted", slog.String("run_id", rec.RunID), slog.Any("error", err))
 		return 0, false

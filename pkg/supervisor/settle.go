@@ -30,7 +30,7 @@ func Settle(ctx context.Context, js jetstream.JetStream, store *kc.Store, marks 
 	if rec.Status != kc.Finishing {
 		return rec.Status == kc.Done, nil
 	}
-	pending, queued, err := Undelivered(ctx, js, marks, rec)
+	pending, queued, err := Undelivered(ctx, js, outbox.TrustOf(store), marks, rec)
 	if err != nil || len(pending) > 0 {
 		return false, err
 	}
@@ -52,17 +52,29 @@ func Settle(ctx context.Context, js jetstream.JetStream, store *kc.Store, marks 
 	return true, nil
 }
 
-// Queued lists the messages queued for a run on CAIRN_OUTBOX.
+// Queued lists the messages queued for a run on CAIRN_OUTBOX, whoever queued them.
 func Queued(ctx context.Context, js jetstream.JetStream, runID string) ([]outbox.Message, error) {
-	evs, err := events.ReadSubject(ctx, js, assets.StreamOutbox, "cairn.outbox."+runID+".>")
+	return QueuedBy(ctx, js, nil, runID)
+}
+
+// QueuedBy lists the messages queued for a run on CAIRN_OUTBOX that trust accepts (all with
+// a nil trust): a forged message, which the sender refuses, is left out, so it is never
+// waited for, withdrawn or queued again.
+func QueuedBy(ctx context.Context, js jetstream.JetStream, trust *outbox.Trust, runID string) ([]outbox.Message, error) {
+	evs, err := events.ReadStored(ctx, js, assets.StreamOutbox, "cairn.outbox."+runID+".>")
 	if err != nil {
 		return nil, fmt.Errorf("listing the outbox of %q: %w", runID, err)
 	}
 	out := make([]outbox.Message, 0, len(evs))
 	for _, ev := range evs {
 		var m outbox.Message
-		if ev.Unmarshal(&m) != nil {
-			m = outbox.Message{Key: ev.ID, RunID: runID}
+		if ev.Event.Unmarshal(&m) != nil {
+			m = outbox.Message{Key: ev.Event.ID, RunID: runID}
+		}
+		if err := trust.Check(ctx, ev.Msg, ev.Seq, m); errors.Is(err, outbox.ErrForged) {
+			continue
+		} else if err != nil {
+			return nil, fmt.Errorf("listing the outbox of %q: %w", runID, err)
 		}
 		out = append(out, m)
 	}
@@ -76,9 +88,10 @@ type Pending struct {
 }
 
 // Undelivered lists, in key order, the messages of rec's generation that have no sent or
-// cancelled mark, and counts the messages of the run queued in all (copies included).
-func Undelivered(ctx context.Context, js jetstream.JetStream, marks jetstream.KeyValue, rec *kc.Record) ([]Pending, int, error) {
-	msgs, err := Queued(ctx, js, rec.RunID)
+// cancelled mark, and counts the messages of the run queued in all (copies included): those
+// trust accepts (QueuedBy).
+func Undelivered(ctx context.Context, js jetstream.JetStream, trust *outbox.Trust, marks jetstream.KeyValue, rec *kc.Record) ([]Pending, int, error) {
+	msgs, err := QueuedBy(ctx, js, trust, rec.RunID)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -108,9 +121,10 @@ func Undelivered(ctx context.Context, js jetstream.JetStream, marks jetstream.Ke
 // messages of rec's generation that were refused (their marks reopened first) or never
 // claimed, and returns their keys. A message with a sending mark is left alone: its copy is
 // still on the outbox-sender durable, which never gives a message up. The marks make a
-// requeued message go once, whichever copy a sender takes first.
-func Requeue(ctx context.Context, js jetstream.JetStream, marks jetstream.KeyValue, rec *kc.Record, rev uint64) ([]string, error) {
-	pending, _, err := Undelivered(ctx, js, marks, rec)
+// requeued message go once, whichever copy a sender takes first. Only the messages store's
+// ring accepts are queued again, signed by store's signer.
+func Requeue(ctx context.Context, js jetstream.JetStream, store *kc.Store, marks jetstream.KeyValue, rec *kc.Record, rev uint64) ([]string, error) {
+	pending, _, err := Undelivered(ctx, js, outbox.TrustOf(store), marks, rec)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +140,7 @@ func Requeue(ctx context.Context, js jetstream.JetStream, marks jetstream.KeyVal
 		}
 		m := p.Message
 		m.Requeue = rev
-		if err := outbox.Queue(ctx, js, m); err != nil {
+		if err := outbox.Queue(ctx, js, m, outbox.SignedBy(store.Signer())); err != nil {
 			return keys, fmt.Errorf("queueing %q again: %w", m.Key, err)
 		}
 		keys = append(keys, m.Key)
@@ -142,7 +156,7 @@ func (s *Supervisor) requeueOnResume(ctx context.Context, requestID, runID strin
 	if err != nil || rec.Status != kc.HandedOver || rec.Current() != "" || rec.HasRequest(requestID) {
 		return nil // the resume itself reports what it finds
 	}
-	keys, err := Requeue(ctx, s.cfg.JS, s.cfg.Marks, rec, rev)
+	keys, err := Requeue(ctx, s.cfg.JS, s.cfg.Store, s.cfg.Marks, rec, rev)
 	if len(keys) > 0 {
 		s.record(ctx, events.AuditStepID(runID, "run", "outbox.requeued", rev), events.Audit{RunID: runID, Event: "outbox.requeued", Detail: cut(strings.Join(keys, ", "), 512)})
 	}
@@ -157,7 +171,7 @@ func (s *Supervisor) requeueOnResume(ctx context.Context, requestID, runID strin
 // run's last progress, a message delivered counting as progress.
 func (s *Supervisor) sweepFinishing(ctx context.Context, w watched) error {
 	runID := w.rec.RunID
-	pending, _, err := Undelivered(ctx, s.cfg.JS, s.cfg.Marks, w.rec)
+	pending, _, err := Undelivered(ctx, s.cfg.JS, outbox.TrustOf(s.cfg.Store), s.cfg.Marks, w.rec)
 	if err != nil {
 		return err
 	}
