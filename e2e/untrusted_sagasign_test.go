@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/identity"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/outbox"
+	"github.com/cairnhq/cairn/pkg/runner"
 	"github.com/cairnhq/cairn/pkg/saga"
 )
 
@@ -215,6 +217,16 @@ func TestUntrustedSagaAndOutboxSigned(t *testing.T) {
 		}
 		if got := d.audit()[undo.EventSagaRefused]; got != len(seqs) {
 			t.Errorf("%d %s events on the timeline, want %d", got, undo.EventSagaRefused, len(seqs))
+		}
+		notes, err := d.js.KeyValue(ctx, assets.BucketHandovers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var note runner.HandoverNote
+		if e, err := notes.Get(ctx, runID); err != nil || json.Unmarshal(e.Value(), &note) != nil {
+			t.Errorf("no handover note of the refused saga records (%v)", err)
+		} else if note.ID != runID+":handover:undo:forged" || !strings.Contains(note.Error, fmt.Sprint(seqs[0])) {
+			t.Errorf("handover note %+v: want %s:handover:undo:forged naming sequence %d", note, runID, seqs[0])
 		}
 		d.assertNoneRefused()
 	})

@@ -2,12 +2,16 @@ package undo
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/runner"
 	"github.com/cairnhq/cairn/pkg/saga"
 )
 
@@ -39,5 +43,35 @@ func (c *Compensator) refuseForged(ctx context.Context, runID string, forged []s
 	if len(seqs) > maxNamed {
 		seqs = append(seqs[:maxNamed], "…")
 	}
+	c.noteForged(ctx, runID, len(forged), strings.Join(seqs, ", "))
 	return fmt.Sprintf("; %d saga records refused, not reversed (%s sequence %s): see cairn.rejected", len(forged), assets.StreamSaga, strings.Join(seqs, ", "))
+}
+
+// noteForged hands the refused saga records of runID to a person: a handover note
+// (<run>:handover:undo:forged) naming their sequences, written once. The undo goes on with
+// the run's real effects; the note is what a person sees beside the rejections.
+func (c *Compensator) noteForged(ctx context.Context, runID string, n int, seqs string) {
+	if c.cfg.Handovers == nil {
+		return
+	}
+	id := runID + ":handover:" + Step + ":forged"
+	if e, err := c.cfg.Handovers.Get(ctx, runID); err == nil {
+		var old runner.HandoverNote
+		if json.Unmarshal(e.Value(), &old) == nil && old.ID == id {
+			return
+		}
+	}
+	note := runner.HandoverNote{
+		ID: id, RunID: runID, Step: Step,
+		Error:      kc.CutText(fmt.Sprintf("%d saga records of %s were refused and not reversed (%s sequence %s): unsigned past the seal, or signed by a service that does not write them", n, runID, assets.StreamSaga, seqs), kc.MaxLastError),
+		NextAction: fmt.Sprintf("inspect them (nats stream get %s SEQ) and the rejections on cairn.rejected; the run's real effects were reversed", assets.StreamSaga),
+		At:         c.cfg.Now().UTC().Format(time.RFC3339Nano),
+	}
+	b, err := json.Marshal(note)
+	if err == nil {
+		_, err = c.cfg.Handovers.Put(ctx, runID, b)
+	}
+	if err != nil {
+		c.log.Error("writing the handover note of refused saga records", slog.String("run_id", runID), slog.Any("error", err))
+	}
 }
