@@ -81,7 +81,8 @@ func (s *Supervisor) sweepUnknownOn(ctx context.Context, name string, defined []
 	slices.Sort(unknown)
 	n := 0
 	for _, subj := range unknown {
-		for seq := info.State.FirstSeq; n < budget; {
+		seq := info.State.FirstSeq
+		for left := info.State.Subjects[subj]; left > 0 && n < budget; left-- {
 			m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				break // none left on subj (another supervisor may have removed them)
@@ -99,7 +100,8 @@ func (s *Supervisor) sweepUnknownOn(ctx context.Context, name string, defined []
 }
 
 // rejectUnknown records m's rejection, then removes it: a crash between the two leaves it
-// for the next sweep, whose rejection has the same id (<stream>:<seq>) and is deduplicated.
+// for the next sweep, whose rejection has the same id (<stream>:<seq>), deduplicated within
+// CAIRN_REJECTED's two-minute window.
 func (s *Supervisor) rejectUnknown(ctx context.Context, st jetstream.Stream, stream string, m *jetstream.RawStreamMsg) error {
 	runID, reason := unknownReason(stream, m.Subject)
 	nm := &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}
