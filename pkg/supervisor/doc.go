@@ -23,4 +23,13 @@
 // of an input another run id holds is refused (on cairn.rejected, naming that run), so the
 // same input never runs twice; a rerun is how a run goes again. A claim naming the start's
 // own run id is a retry after a crash between claim and record, and goes on.
+//
+// # Unknown subjects
+//
+// CAIRN_RUNS and CAIRN_STEPS are work queues: a message on a subject no consumer filters (a
+// verb no release knows, a step no pipeline has) would stay forever, delivered to no one.
+// [Supervisor.SweepUnknown], every UnknownSweep, rejects each such message on cairn.rejected
+// with its reason and then deletes it. A subject is unknown only if neither a consumer this
+// release defines nor one that exists on the stream filters it, so nothing a consumer takes
+// is ever deleted.
 package supervisor

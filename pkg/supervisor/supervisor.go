@@ -39,6 +39,11 @@ type Config struct {
 	Heartbeat   time.Duration
 	TakeoverGap time.Duration // default 500ms
 	Sweep       time.Duration // how often the checkpoints are swept; default 1s
+	// UnknownSweep is how often the work queues (CAIRN_RUNS, CAIRN_STEPS) are swept for
+	// messages no consumer takes, which are rejected and removed (unknown.go); default 10s.
+	// UnknownLimit is the most messages one such sweep handles; default 100.
+	UnknownSweep time.Duration
+	UnknownLimit int
 	// StallTimeout hands over a running or finishing run whose record made no progress
 	// (kvcheckpoint.Progressed: lease renewals do not count) for this long, counted from its
 	// progressed_at (timers.go); default 10m.
@@ -80,6 +85,7 @@ type Supervisor struct {
 	// the runs whose sweep panicked, at the revision it panicked on.
 	bad      map[string]untrusted
 	panicked map[string]uint64
+	queues   map[string]jetstream.Stream // the work queues the unknown sweep reads, by name
 }
 
 // delivery is how many of a finishing run's messages a sweep found undelivered, and when, by
@@ -114,6 +120,8 @@ func New(c Config) (*Supervisor, error) {
 	c.Heartbeat = cmp.Or(c.Heartbeat, c.Lease/3)
 	c.TakeoverGap = cmp.Or(c.TakeoverGap, 500*time.Millisecond)
 	c.Sweep = cmp.Or(c.Sweep, time.Second)
+	c.UnknownSweep = cmp.Or(c.UnknownSweep, 10*time.Second)
+	c.UnknownLimit = cmp.Or(c.UnknownLimit, 100)
 	c.StallTimeout = cmp.Or(c.StallTimeout, 10*time.Minute)
 	c.OutboxStall = cmp.Or(c.OutboxStall, 15*time.Minute)
 	c.ReassignLimit = cmp.Or(c.ReassignLimit, 5)
@@ -134,7 +142,7 @@ func New(c Config) (*Supervisor, error) {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
 	return &Supervisor{cfg: c, audit: audit.New(c.JS, "supervisor", c.Now), log: c.Logger.With(slog.String("service", "supervisor")), seen: map[string]observation{}, runs: map[string]watched{}, mail: map[string]delivery{},
-		bad: map[string]untrusted{}, panicked: map[string]uint64{}, ready: make(chan struct{})}, nil
+		bad: map[string]untrusted{}, panicked: map[string]uint64{}, queues: map[string]jetstream.Stream{}, ready: make(chan struct{})}, nil
 }
 
 // Run frees the leases of owners that are gone, then consumes commands and sweeps until ctx
@@ -189,6 +197,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}()
 	t := time.NewTicker(s.cfg.Sweep)
 	defer t.Stop()
+	u := time.NewTicker(s.cfg.UnknownSweep)
+	defer u.Stop()
 	close(s.ready)
 	for {
 		select {
@@ -212,6 +222,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			}
 		case <-t.C:
 			s.SweepOnce(ctx, false)
+		case <-u.C:
+			if _, err := s.SweepUnknown(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("sweeping the work queues for unknown subjects", slog.Any("error", err))
+			}
 		}
 	}
 }
