@@ -106,7 +106,7 @@ func (s *Supervisor) sweepWatched(ctx context.Context, w watched, startup bool) 
 		}
 		return
 	}
-	if now := s.cfg.Now(); w.rec.Status != kc.Undoing && now.Sub(w.progress.began()) >= s.cfg.StallTimeout {
+	if now := s.cfg.Now(); w.rec.Status != kc.Undoing && now.Sub(w.progress.began()) >= s.cfg.StallTimeout && !s.regaining(w, now) {
 		cause := fmt.Errorf("no progress for %s (CAIRN_STALL_TIMEOUT %s): status %s, waiting on %s", now.Sub(w.progress.began()).Round(time.Second), s.cfg.StallTimeout, w.rec.Status, cmpStep(w.rec.Current()))
 		if err := s.handOver(ctx, w.rec.RunID, w.rec.Current(), reasonStall, cause, w.unchanged); err != nil {
 			s.log.Warn("handing over a stalled run", slog.String("run_id", w.rec.RunID), slog.Any("error", err))
@@ -116,6 +116,15 @@ func (s *Supervisor) sweepWatched(ctx context.Context, w watched, startup bool) 
 	if err := s.sweepRun(ctx, w.rec, w.rev, startup); err != nil {
 		s.log.Warn("sweeping run", slog.String("run_id", w.rec.RunID), slog.Any("error", err))
 	}
+}
+
+// regaining: a run this supervisor found with no lease and its progress already old (at its
+// start, after an outage longer than the stall timeout, or a run it meets first) is given a
+// lease's time from when it was found for a step to take it again (the sweep republishes its
+// step's event) before it is judged stalled. A run whose holder renews without progress, and a
+// wait this supervisor saw begin, are judged as they stand.
+func (s *Supervisor) regaining(w watched, now time.Time) bool {
+	return !w.progress.watched && w.rec.Lease == nil && now.Sub(w.progress.seen) < s.cfg.Lease
 }
 
 func (s *Supervisor) sweepRun(ctx context.Context, rec *kc.Record, rev uint64, startup bool) error {

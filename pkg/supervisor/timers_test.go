@@ -222,3 +222,25 @@ func (f *fixture) waitForApproval(t *testing.T, runID string) {
 		t.Fatal(err)
 	}
 }
+
+// After an outage longer than the stall timeout (a machine down for maintenance), a
+// supervisor that finds a run with no lease and old progress does not hand it over at its
+// first sweep: it republishes the step's event, as for any run without a holder, and the
+// steps get their time to take it again. A run that still makes no progress is handed over
+// a stall timeout later.
+func TestARunFoundAfterAnOutageIsNotHandedOverAtOnce(t *testing.T) {
+	f := setup(t)
+	f.clocked(t, 0)
+	f.create(t, "r1", nil)
+	f.clock.Advance(10 * testStall) // everything was down
+	s := f.restarted(t)
+	f.status(t, "r1", kc.Running, "at the restart's first sweep")
+	f.clock.Advance(testLease)
+	f.observeAll(t, s)
+	s.SweepOnce(f.ctx, false)
+	f.status(t, "r1", kc.Running, "a lease after the restart")
+	f.clock.Advance(testStall)
+	f.observeAll(t, s)
+	s.SweepOnce(f.ctx, false)
+	f.handedOver(t, "r1", "a", "no progress for")
+}
