@@ -43,6 +43,8 @@ func (f *fixture) handedOver(t *testing.T, runID, step, why string) *kc.Record {
 	if n.ID != *rec.Handover || n.RunID != runID || n.Step != step || !strings.Contains(n.Error, why) || !strings.Contains(n.NextAction, "cairn resume "+runID) {
 		t.Fatalf("note %+v (record says %s)", n, *rec.Handover)
 	}
+	// The audit event follows the record's write: a watcher may see the record first.
+	waitFor(t, func() bool { return len(f.auditIDs(t, runID, "handover")) > 0 })
 	if ids := f.auditIDs(t, runID, "handover"); len(ids) != 1 {
 		t.Fatalf("handover audit events %v, want one", ids)
 	}
