@@ -122,7 +122,7 @@ func TestUntrustedSagaAndOutboxSigned(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec := d.record(t)
+		rec := d.record(t, runID)
 		plan := len(saga.Plan(real, rec.Pipeline, saga.Scope{}))
 
 		pl, _, err := d.connect("post-ledger")
@@ -174,7 +174,7 @@ func TestUntrustedSagaAndOutboxSigned(t *testing.T) {
 			t.Fatalf("cairn undo %s: %v\n%s", runID, err, out)
 		}
 		d.waitRun("undone", func(r *kc.Record) bool { return r.Status == kc.Undone })
-		done := d.record(t)
+		done := d.record(t, runID)
 		if done.Undo == nil || done.Undo.Total != plan {
 			t.Errorf("undo %+v: want the %d real effects in its plan, no forged one", done.Undo, plan)
 		}
@@ -249,8 +249,8 @@ func (d *deployNight) rejections(t *testing.T, ctx context.Context, stream strin
 	return out
 }
 
-// record is the run's checkpoint as it stands.
-func (d *deployNight) record(t *testing.T) *kc.Record {
+// record is the checkpoint of run id as it stands.
+func (d *deployNight) record(t *testing.T, id string) *kc.Record {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -258,7 +258,7 @@ func (d *deployNight) record(t *testing.T) *kc.Record {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := kv.Get(ctx, runID)
+	e, err := kv.Get(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}

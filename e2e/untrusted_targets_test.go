@@ -94,21 +94,7 @@ func TestUntrustedTargets(t *testing.T) {
 		if _, err := st.Create(ctx, forged); err != nil {
 			t.Fatalf("match writing the forged record: %v", err)
 		}
-		load := func(id string) *kc.Record {
-			e, err := d.js.KeyValue(ctx, assets.BucketRuns)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := e.Get(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := kc.Decode(got.Value())
-			if err != nil {
-				t.Fatal(err)
-			}
-			return r
-		}
+		load := func(id string) *kc.Record { return d.record(t, id) }
 		// Until the forged run is handed over, or the victim moves (the attack worked).
 		poll(runLimit, func() bool {
 			return load(forgedID).Status == kc.HandedOver || load(runID).Status != kc.Done
