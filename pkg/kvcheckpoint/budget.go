@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/cairnhq/cairn/pkg/events"
@@ -146,6 +147,14 @@ func CommandRoom(r *Record) int {
 // verified steps' diagnostics given up (as Fit would). A step checks it before any outside
 // effect: negative means the record could not take what the step would write.
 func StepRoom(r *Record, step string) int {
+	if n, ok := stepRoomBySize(r, step); ok {
+		return n
+	}
+	return stepRoomProjected(r, step)
+}
+
+// stepRoomProjected is StepRoom on the projected record (projection, then room).
+func stepRoomProjected(r *Record, step string) int {
 	p := projection(r)
 	for _, s := range p.Pipeline {
 		if st := p.Step(s); st.Status == Verified {
@@ -159,6 +168,133 @@ func StepRoom(r *Record, step string) int {
 		return room(p, nil, false)
 	}
 	return room(p, []string{step}, false)
+}
+
+// stepRoomBySize is StepRoom without the projected record: the record's own size plus what
+// the projection changes, field by field. Every field of the canonical form is written
+// whatever its value (only an output's inline and object are left out when empty, and
+// those are measured as whole outputs), so the size of the projection is the record's with
+// each changed field's written length replaced by its projected one; the fields are the
+// ones projectFullest (others false) and StepRoom's giving up of diagnostics change, and the
+// steps' projected values are made by the same project and grow. ok false when the record
+// takes the general path (canonicalRecord gives up): StepRoom then projects. A test holds
+// it to stepRoomProjected exactly.
+func stepRoomBySize(r *Record, step string) (int, bool) {
+	c := getCanonical()
+	defer putCanonical(c)
+	if !c.canonicalRecord(r) {
+		return 0, false
+	}
+	n := c.storedLen(sumLen) + signatureRoom
+	longest := len("undo")
+	for _, s := range r.Pipeline {
+		longest = max(longest, len(s))
+	}
+	in := r.Index(step) >= 0
+	current := step
+	if !in {
+		current = ""
+		if len(r.Pipeline) > 0 {
+			current = r.Pipeline[len(r.Pipeline)-1]
+		}
+	}
+	for i, name := range r.Pipeline {
+		if slices.Index(r.Pipeline[:i], name) >= 0 {
+			continue // one step, changed once
+		}
+		s := r.Step(name)
+		if name != current && (s.Status != Verified || s.LastError == nil && s.ParkedArtifact == nil) {
+			continue // unchanged (when in, current is step)
+		}
+		old, p := *s, *s
+		if s.Status == Verified {
+			p.LastError = nil
+			if p.ParkedArtifact != nil {
+				p.Parked = []Parked{}
+			}
+		}
+		if in && name == step {
+			project(r, &p, name)
+		}
+		lastError := c.strPtrLen(p.LastError)
+		if name == current { // grow's padding, measured without making it
+			lastError = c.grownLen(p.LastError, MaxLastError)
+		}
+		n += lastError - c.strPtrLen(old.LastError)
+		if p.Output != old.Output {
+			n += c.outputLen(p.Output) - c.outputLen(old.Output)
+		}
+		old.Output, p.Output, old.LastError, p.LastError = nil, nil, nil, nil
+		n += c.stepLen(&p) - c.stepLen(&old)
+	}
+	// The record's own fields, as projectFullest sets them.
+	n += c.stringLen(string(WaitingApproval)) - c.stringLen(string(r.Status))
+	n += c.grownLen(r.Handover, len(r.RunID)+handoverTail) - c.strPtrLen(r.Handover)
+	n += c.grownLen(&r.NextAction, max(MaxNextAction, 96+3*len(r.RunID))) - c.stringLen(r.NextAction)
+	n += intLen(max(r.Restarts, bigCount)) - intLen(r.Restarts)
+	n += intLen(max(r.Generation, bigCount)) - intLen(r.Generation)
+	if r.SourceFingerprint == nil {
+		n += c.grownLen(nil, fingerprint) - len("null")
+	}
+	if r.StockSnapshot == nil {
+		n += c.outputLen(objectPointer(r.RunID, longest)) - len("null")
+	}
+	n += c.leaseLen(projectLease(r.Lease, longest)) - c.leaseLen(r.Lease)
+	n += c.progressLen(&Progress{Step: strings.Repeat("s", longest), Count: bigCount, NoProgress: bigCount}) - c.progressLen(r.Progress)
+	return MaxSize - n, true
+}
+
+// The written lengths of one field's value, on c's buffers (which they reset).
+
+func (c *canonical) reset() { c.out, c.verbatim = c.out[:0], c.verbatim[:0] }
+
+func (c *canonical) stepLen(s *Step) int {
+	c.reset()
+	c.step(s)
+	return c.writtenLen()
+}
+
+func (c *canonical) outputLen(o *Output) int {
+	c.reset()
+	c.output(o)
+	return c.writtenLen()
+}
+
+func (c *canonical) stringLen(s string) int {
+	c.reset()
+	c.string(s)
+	return len(c.out)
+}
+
+// grownLen is strPtrLen(grow(s, n)): grow pads with x, written as it is.
+func (c *canonical) grownLen(s *string, n int) int {
+	if s == nil {
+		return len(`""`) + n
+	}
+	return c.stringLen(*s) + max(n-len(*s), 0)
+}
+
+func (c *canonical) strPtrLen(s *string) int {
+	c.reset()
+	c.strPtr(s)
+	return len(c.out)
+}
+
+func (c *canonical) leaseLen(l *Lease) int {
+	c.reset()
+	c.lease(l)
+	return len(c.out)
+}
+
+func (c *canonical) progressLen(g *Progress) int {
+	c.reset()
+	c.progress(g)
+	return len(c.out)
+}
+
+func intLen(n int) int {
+	var b [24]byte
+	return len(strconv.AppendInt(b[:0], int64(n), 10))
 }
 
 // projection is a copy of r for a projection to change, cheaper than Clone: the record and

@@ -43,21 +43,7 @@ func (c *canonical) canonicalRecord(r *Record) (ok bool) {
 	*w = append(*w, `,"handover":`...)
 	c.strPtr(r.Handover)
 	*w = append(*w, `,"lease":`...)
-	if l := r.Lease; l == nil {
-		*w = append(*w, "null"...)
-	} else {
-		*w = append(*w, `{"owner":`...)
-		c.string(l.Owner)
-		*w = append(*w, `,"owner_inbox":`...)
-		c.string(l.OwnerInbox)
-		*w = append(*w, `,"step":`...)
-		c.string(l.Step)
-		*w = append(*w, `,"token":`...)
-		ok = c.uint(l.Token) && ok
-		*w = append(*w, `,"write_id":`...)
-		c.string(l.WriteID)
-		*w = append(*w, '}')
-	}
+	ok = c.lease(r.Lease) && ok
 	*w = append(*w, `,"next_action":`...)
 	c.string(r.NextAction)
 	*w = append(*w, `,"params":{"date":`...)
@@ -69,17 +55,7 @@ func (c *canonical) canonicalRecord(r *Record) (ok bool) {
 	*w = append(*w, `},"pipeline":`...)
 	c.strings(r.Pipeline)
 	*w = append(*w, `,"progress":`...)
-	if g := r.Progress; g == nil {
-		*w = append(*w, "null"...)
-	} else {
-		*w = append(*w, `{"count":`...)
-		ok = c.int(int64(g.Count)) && ok
-		*w = append(*w, `,"no_progress":`...)
-		ok = c.int(int64(g.NoProgress)) && ok
-		*w = append(*w, `,"step":`...)
-		c.string(g.Step)
-		*w = append(*w, '}')
-	}
+	ok = c.progress(r.Progress) && ok
 	*w = append(*w, `,"progressed_at":`...)
 	c.string(r.ProgressedAt)
 	*w = append(*w, `,"requests":`...)
@@ -120,6 +96,42 @@ func (c *canonical) canonicalRecord(r *Record) (ok bool) {
 	}
 	*w = append(*w, `,"updated_at":`...)
 	c.string(r.UpdatedAt)
+	*w = append(*w, '}')
+	return ok
+}
+
+func (c *canonical) lease(l *Lease) bool {
+	w := &c.out
+	if l == nil {
+		*w = append(*w, "null"...)
+		return true
+	}
+	*w = append(*w, `{"owner":`...)
+	c.string(l.Owner)
+	*w = append(*w, `,"owner_inbox":`...)
+	c.string(l.OwnerInbox)
+	*w = append(*w, `,"step":`...)
+	c.string(l.Step)
+	*w = append(*w, `,"token":`...)
+	ok := c.uint(l.Token)
+	*w = append(*w, `,"write_id":`...)
+	c.string(l.WriteID)
+	*w = append(*w, '}')
+	return ok
+}
+
+func (c *canonical) progress(g *Progress) bool {
+	w := &c.out
+	if g == nil {
+		*w = append(*w, "null"...)
+		return true
+	}
+	*w = append(*w, `{"count":`...)
+	ok := c.int(int64(g.Count))
+	*w = append(*w, `,"no_progress":`...)
+	ok = c.int(int64(g.NoProgress)) && ok
+	*w = append(*w, `,"step":`...)
+	c.string(g.Step)
 	*w = append(*w, '}')
 	return ok
 }

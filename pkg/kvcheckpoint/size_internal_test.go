@@ -263,3 +263,51 @@ func TestRoomWithinStepRoom(t *testing.T) {
 		}
 	}
 }
+
+// StepRoom from the record's size and what the projection adds (stepRoomBySize) is, on
+// thousands of records, exactly StepRoom on the projected record, and takes every record
+// the straight writer takes.
+func TestStepRoomBySize(t *testing.T) {
+	rng := rand.New(rand.NewPCG(18, 2))
+	statuses := []Status{Running, HandedOver, WaitingApproval, Done, Cancelled, "a\"b"}
+	fast := 0
+	for i := range 5000 {
+		r := randomRecord(rng)
+		// What randomRecord leaves at its zero: a handover, a progress count, a source
+		// fingerprint, counts of every length, another status, no steps at all.
+		if rng.IntN(3) == 0 {
+			r.Handover = Ptr(r.RunID + ":handover:" + strings.Repeat("h", rng.IntN(40)))
+		}
+		if rng.IntN(3) == 0 {
+			r.Progress = &Progress{Step: r.Pipeline[0], Count: rng.IntN(20_000_000), NoProgress: rng.IntN(3)}
+		}
+		if rng.IntN(3) == 0 {
+			r.SourceFingerprint = Ptr("sha256:" + strings.Repeat("f", rng.IntN(80)))
+		}
+		if rng.IntN(3) == 0 {
+			r.StockSnapshot = &Output{Object: r.RunID + "/stock/" + strings.Repeat("a", rng.IntN(70)), Digest: "SHA-256=s", Size: 10}
+		}
+		r.Restarts, r.Generation = rng.IntN(20_000_000), rng.IntN(20_000_000)
+		r.Status = statuses[rng.IntN(len(statuses))]
+		if rng.IntN(50) == 0 {
+			r.Pipeline = nil
+		}
+		for _, step := range append(slices.Clone(r.Pipeline), "", "not-a-step") {
+			want := stepRoomProjected(r, step)
+			got, ok := stepRoomBySize(r, step)
+			if ok {
+				fast++
+				if got != want {
+					t.Fatalf("record %d: StepRoom(%q) by size %d, projected %d", i, step, got, want)
+				}
+			}
+			if StepRoom(r, step) != want {
+				t.Fatalf("record %d: StepRoom(%q) %d, projected %d", i, step, StepRoom(r, step), want)
+			}
+		}
+	}
+	if fast == 0 {
+		t.Fatal("no record measured by size")
+	}
+	t.Logf("%d rooms measured by size", fast)
+}
