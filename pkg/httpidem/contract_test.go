@@ -32,8 +32,9 @@ var stores = []struct {
 	open func(t *testing.T) *httpidem.SQLStore
 }{
 	{"sqlite", func(t *testing.T) *httpidem.SQLStore {
+		// The connection settings of the ledger's SQLite store (DESIGN.md).
 		path := filepath.Join(t.TempDir(), "idem.db")
-		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)")
+		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_txlock=immediate")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -279,6 +280,10 @@ func testConcurrent(t *testing.T, store *httpidem.SQLStore) {
 	case <-entered:
 	case <-deadline:
 		t.Fatal("the handler never ran")
+	}
+	// Another payload under the key in flight is refused as reused, not asked to wait.
+	if a := post(t, b.url, "dup", "other"); a.status != http.StatusUnprocessableEntity || a.problem(t).Type != httpidem.TypeKeyReused {
+		t.Fatalf("another payload in flight: %d %s, want 422", a.status, a.body)
 	}
 	close(release)
 	select {

@@ -20,8 +20,8 @@
 //   - a repeat with the same fingerprint gets the stored answer byte for byte, with the
 //     header Idempotent-Replayed: true, and the handler does not run;
 //   - a repeat while the first is still in flight gets 409 (the client retries later);
-//   - a repeat with another fingerprint gets 422 naming the key: the key was reused for
-//     another operation.
+//   - a repeat with another fingerprint gets 422 naming the key, whether the first is
+//     done or still in flight: the key was reused for another operation.
 //
 // A handler that panics or answers 5xx releases its claim, so the client's retry runs it
 // again; a 2xx or 4xx answer is stored, since the draft treats the first answer as the

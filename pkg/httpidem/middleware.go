@@ -99,18 +99,21 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		Problem{Type: TypeFenced, Title: "Fenced", Status: http.StatusConflict,
 			Detail:     fmt.Sprintf("fencing token %d of run %q is below the highest token seen for it, %d", token, run, out.Highest),
 			Extensions: map[string]any{"key": key, "run": run, "token": token, "highest": out.Highest}}.Write(w)
-	case InFlight:
-		Problem{Type: TypeKeyInFlight, Title: "Idempotency-Key in flight", Status: http.StatusConflict,
-			Detail:     fmt.Sprintf("a request with key %q is being processed; retry later", key),
-			Extensions: map[string]any{"key": key}}.Write(w)
-	case Done:
-		if out.Fingerprint != c.Fingerprint {
+	case InFlight, Done:
+		if out.Fingerprint != "" && out.Fingerprint != c.Fingerprint {
+			// In flight too: waiting for the first request would not make this one match.
 			Problem{Type: TypeKeyReused, Title: "Idempotency-Key reused", Status: http.StatusUnprocessableEntity,
 				Detail:     fmt.Sprintf("key %q was used with another request payload", key),
 				Extensions: map[string]any{"key": key, "stored": out.Fingerprint, "fingerprint": c.Fingerprint}}.Write(w)
 			return
 		}
-		replay(w, out.Answer)
+		if out.State == Done {
+			replay(w, out.Answer)
+			return
+		}
+		Problem{Type: TypeKeyInFlight, Title: "Idempotency-Key in flight", Status: http.StatusConflict,
+			Detail:     fmt.Sprintf("a request with key %q is being processed; retry later", key),
+			Extensions: map[string]any{"key": key}}.Write(w)
 	case Claimed:
 		m.run(w, r, next, c, body)
 	default:
