@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 
 	"fmt"
 	"io"
@@ -83,6 +84,8 @@ var contract = []struct {
 	{"MissingKeyRequired400", testMissingKey},
 	{"BadKey400", testBadKey},
 	{"PassThrough", testPassThrough},
+	{"Scope", testScope},
+	{"StoreClaimLost", testClaimLost},
 }
 
 // bundle is a server under test and what its handler saw.
@@ -448,5 +451,67 @@ func testPassThrough(t *testing.T, store *httpidem.SQLStore) {
 	}
 	if n := b.calls.Load(); n != 4 {
 		t.Fatalf("handler ran %d times, want 4: keyless POSTs and GETs pass through", n)
+	}
+}
+
+func testScope(t *testing.T, store *httpidem.SQLStore) {
+	var b *bundle
+	b = setup(t, store, created(&b), httpidem.WithScope(func(r *http.Request) string { return r.Header.Get("X-Account") }))
+	post(t, b.url, "k", "x", "X-Account", "acct-1")
+	if a := post(t, b.url, "k", "y", "X-Account", "acct-2"); a.status != http.StatusCreated || b.calls.Load() != 2 {
+		t.Fatalf("same key, other client: %d %s; want its own run", a.status, a.body)
+	}
+	if a := post(t, b.url, "k", "y", "X-Account", "acct-1"); a.status != http.StatusUnprocessableEntity || a.problem(t).Extensions["key"] != "k" {
+		t.Fatalf("same key, same client, other payload: %d %s; want 422 naming k", a.status, a.body)
+	}
+}
+
+// testClaimLost drives the store alone: a claim that outlives its window loses the key
+// to the next one, and can neither store its answer over it nor release it.
+func testClaimLost(t *testing.T, store *httpidem.SQLStore) {
+	ctx := t.Context()
+	t0 := time.Date(2026, 12, 2, 6, 0, 0, 0, time.UTC)
+	c1 := httpidem.Claim{Key: "lost", Fingerprint: "sha256:1", ID: "c1", Now: t0, Expires: t0.Add(time.Minute)}
+	c2 := httpidem.Claim{Key: "lost", Fingerprint: "sha256:2", ID: "c2", Now: t0.Add(time.Minute), Expires: t0.Add(2 * time.Minute)}
+	for _, step := range []struct {
+		c    httpidem.Claim
+		want httpidem.State
+	}{{c1, httpidem.Claimed}, {c1, httpidem.InFlight}, {c2, httpidem.Claimed}} {
+		out, err := store.Claim(ctx, step.c)
+		if err != nil || out.State != step.want {
+			t.Fatalf("claim %s: %v, %v; want %v", step.c.ID, out.State, err, step.want)
+		}
+	}
+	if err := store.Complete(ctx, c1, httpidem.Answer{Status: 201}); !errors.Is(err, httpidem.ErrClaimLost) {
+		t.Fatalf("completing the lost claim: %v, want ErrClaimLost", err)
+	}
+	if err := store.Release(ctx, c1); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Complete(ctx, c2, httpidem.Answer{Status: 201, Body: []byte("two")}); err != nil {
+		t.Fatalf("completing the live claim: %v", err)
+	}
+	c2.Now = c2.Now.Add(time.Second)
+	out, err := store.Claim(ctx, c2)
+	if err != nil || out.State != httpidem.Done || out.Fingerprint != "sha256:2" || string(out.Answer.Body) != "two" || out.Answer.Status != 201 {
+		t.Fatalf("after: %+v, %v; want c2's answer", out, err)
+	}
+}
+
+func TestStoreDown(t *testing.T) {
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "idem.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := httpidem.NewSQLiteStore(db)
+	if err := store.CreateTables(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var b *bundle
+	b = setup(t, store, created(&b))
+	db.Close()
+	a := post(t, b.url, "k", "x")
+	if a.status != http.StatusServiceUnavailable || a.problem(t).Type != httpidem.TypeStore || b.calls.Load() != 0 {
+		t.Fatalf("store down: %d %s, %d calls; want 503 and no run", a.status, a.body, b.calls.Load())
 	}
 }

@@ -35,9 +35,8 @@
 // without quotes, commas or semicolons, as Stripe's clients send. Keys are at most
 // [MaxKeyLen] bytes (a limit of this package's, not the draft's). A missing key passes
 // through untouched unless [WithKeyRequired], which answers 400 as the draft allows; a
-// malformed or repeated field answers 400. Keys are global to the store: a server whose
-// clients must not share a key space should put the client into the key or run one
-// store per tenant.
+// malformed or repeated field answers 400. Keys share one space per store unless [WithScope]
+// names the client of each request, which makes the same key from two clients two keys.
 //
 // # Fencing
 //

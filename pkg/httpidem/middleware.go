@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/cairnhq/cairn/pkg/idempotency"
 )
@@ -82,9 +83,19 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		Problem{Type: TypeKeyInvalid, Title: "Request body unreadable", Status: http.StatusBadRequest, Detail: err.Error()}.Write(w)
 		return
 	}
+	stored := key
+	if m.cfg.scope != nil {
+		scope := m.cfg.scope(r)
+		if strings.ContainsAny(scope, "\r\n") {
+			m.cfg.log.ErrorContext(r.Context(), "a scope with a newline", logKey, key)
+			storeProblem(w, key)
+			return
+		}
+		stored = scope + "\n" + key
+	}
 	now := m.cfg.now()
 	c := Claim{
-		Key: key, Fingerprint: m.fingerprint(r, body), ID: claimID(),
+		Key: stored, Fingerprint: m.fingerprint(r, body), ID: claimID(),
 		Now: now, Expires: now.Add(m.cfg.expiry),
 		Fenced: fenced, Run: run, Token: token,
 	}
@@ -117,7 +128,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	case Claimed:
 		m.run(w, r, next, c, body)
 	default:
-		m.cfg.log.ErrorContext(r.Context(), "claiming an idempotency key", logKey, key, logErr, fmt.Errorf("unknown state %d", out.State))
+		m.cfg.log.ErrorContext(r.Context(), "claiming an idempotency key", logKey, c.Key, logErr, fmt.Errorf("unknown state %d", out.State))
 		storeProblem(w, key)
 	}
 }

@@ -20,6 +20,7 @@ type config struct {
 	fingerprintHeaders []string
 	maxBody            int64
 	log                *slog.Logger
+	scope              func(*http.Request) string
 }
 
 // Defaults of the options.
@@ -118,4 +119,12 @@ func WithLogger(l *slog.Logger) Option {
 			c.log = l
 		}
 	}
+}
+
+// WithScope gives each client a key space of its own: scope names the client of a
+// request (an account, a tenant, the authenticated subject), and the same key from two
+// clients is two keys. Without it all clients share one key space. The scope must not
+// hold a newline.
+func WithScope(scope func(*http.Request) string) Option {
+	return func(c *config) { c.scope = scope }
 }

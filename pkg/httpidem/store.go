@@ -20,7 +20,7 @@ type Store interface {
 
 // Claim is one request's bid for a key.
 type Claim struct {
-	Key         string
+	Key         string    // the key as stored: "<scope>\n<key>" under [WithScope]
 	Fingerprint string    // "sha256:<hex>" of the request, see the package doc
 	ID          string    // random, tells this claim from a later one of the same key
 	Now         time.Time // when the claim is made
