@@ -44,7 +44,7 @@
 // of a durable run sends the run id and the fencing token of its lease (Cairn-Run and
 // Cairn-Fence-Token by default, see [WithFenceHeaders]). In the transaction that claims
 // the key, the store raises the run's highest seen token to the request's (never
-// lowers it); a token below it means a newer holder of the run has already written, and
+// lowers it); a token below it means a newer holder of the run has already been heard, and
 // the request is refused with 409 and a problem naming the run, both tokens and the key,
 // before the handler runs and before any key is claimed or replayed. A request without
 // the headers is not fenced. Tokens are compared within a run only, with no epoch.
