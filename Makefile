@@ -31,7 +31,7 @@ test: vet
 # (-fuzzminimizetime=1x): the embedded nats-server's own coverage makes most inputs "new".
 # A failure leaves its input under the package's testdata/fuzz/ for go test to replay.
 FUZZTIME ?= 10s
-FUZZ_TARGETS = ./pkg/supervisor:FuzzSupervisor ./pkg/runner:FuzzRunnerProtocol ./pkg/kvcheckpoint:FuzzCheck
+FUZZ_TARGETS = ./pkg/supervisor:FuzzSupervisor ./pkg/runner:FuzzRunnerProtocol ./pkg/kvcheckpoint:FuzzCheck ./pkg/httpidem:FuzzParseKey ./pkg/httpidem:FuzzParseFence
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		echo "fuzz $${t##*:} ($(FUZZTIME))"; \
