@@ -104,9 +104,11 @@ func (n *night) assertSupplierUndone(sup string, adjs []recon.TruthAdjustment) {
 			t.Errorf("stock level %s: %d/%d (%v), want %d/%d", sku, q, v, err, l[0], l[1])
 		}
 	}
-	// Mail: the supplier's note withdrawn (it had gone), nothing else.
-	keys := n.mailKeys()
+	// Mail: the supplier's note withdrawn (it had gone), nothing else. The undo ends when the
+	// withdrawal is queued; the outbox sender delivers it after.
 	withdraw := runID + ":debit:" + sup + ":withdraw"
+	n.waitMail(withdraw, runLimit)
+	keys := n.mailKeys()
 	if !slices.Contains(keys, withdraw) || len(keys) != len(n.truth.DebitNotes)+2 {
 		t.Errorf("mail %v: want every note, the report and %s", keys, withdraw)
 	}
