@@ -1,6 +1,7 @@
 package httpidem_test
 
 import (
+	"cmp"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -104,7 +105,7 @@ func (a *api) rows(t *testing.T, key string) int {
 
 func newClient(t *testing.T, c httpidem.ClientConfig) *httpidem.Client {
 	t.Helper()
-	c.CallTimeout = 10 * time.Second
+	c.CallTimeout = cmp.Or(c.CallTimeout, 10*time.Second)
 	cl, err := httpidem.NewClient(c)
 	if err != nil {
 		t.Fatal(err)
@@ -140,18 +141,39 @@ func dropFirst(next http.Handler, n int64, also *atomic.Int64) http.Handler {
 	})
 }
 
+// holdFirst runs next for the first POST and then holds its answer until the client
+// hangs up: the write landed and the client's call timed out.
+func holdFirst(next http.Handler) http.Handler {
+	var seen atomic.Int64
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || seen.Add(1) > 1 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(httptest.NewRecorder(), r)
+		<-r.Context().Done()
+	})
+}
+
 // (a) A reply lost after the write landed is settled by a lookup: the answer stored,
 // the handler run once, one row.
 func TestClientLostReplyIsLookedUp(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		get  bool
-	}{{"same request again", false}, {"GET of the key", true}} {
+		name    string
+		get     bool
+		timeout bool
+	}{{"reset, same request again", false, false}, {"reset, GET of the key", true, false}, {"timeout, same request again", false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, h := newAPI(t)
-			srv := httptest.NewServer(dropFirst(h, 1, nil))
-			t.Cleanup(srv.Close)
 			cfg := httpidem.ClientConfig{}
+			if tc.timeout {
+				h = holdFirst(h)
+				cfg.CallTimeout = 300 * time.Millisecond
+			} else {
+				h = dropFirst(h, 1, nil)
+			}
+			srv := httptest.NewServer(h)
+			t.Cleanup(srv.Close)
 			if tc.get {
 				cfg.LookupURL = func(key string) string { return srv.URL + "/entries/" + url.PathEscape(key) }
 			}
