@@ -64,4 +64,32 @@
 // atomic: INSERT ... ON CONFLICT DO NOTHING, then a read, in one transaction after the
 // fence upsert. The answer is stored after the handler returns, not in the handler's own
 // transaction: a crash between the two leaves the key in flight until it expires.
+//
+// # The client side
+//
+// [Client.Write] makes one keyed write to an API with this middleware (or any API of the
+// draft's): Idempotency-Key with the effect's key, Cairn-Run and Cairn-Fence-Token with
+// the run's lease, and Content-Digest (sha-256 of the body). A step records the intent
+// before the call and the receipt after through [ClientConfig.OnIntent] and
+// [ClientConfig.OnReceipt] (package saga: its
+// System HTTP and saga.WithReceipt). The answer is
+// classed ([Error]):
+//
+//   - 2xx: done, a [Receipt] of status, the provider's reference (the Location header,
+//     else the JSON body's "id"), the answer's digest, and Replayed;
+//   - 409 of type TypeFenced: [ErrFenced], the caller is a zombie and stops;
+//     another 409: [ErrInFlight], retried later;
+//   - 422: [ErrKeyConflict], an *idempotency.ConflictError naming the key: hand over;
+//   - 429, or 503 with Retry-After: waited out as told (up to MaxRetryAfter, with the
+//     configured timer) and sent again through the shared limit; past that,
+//     [ErrRateLimited] with the wait. The wait is this client's alone: package
+//     ratelimit has no way to hand a server's Retry-After to the other instances;
+//   - other 5xx, refused or reset connections, timeouts: [ErrTemporary];
+//   - other 4xx (and 3xx, never followed): [ErrRejected] with the server's [Problem].
+//
+// An answer lost after the request was written (a reset, a timeout, a body cut short)
+// is settled before Write returns by a lookup: the same request again, which the
+// middleware answers from its store, or a GET of [ClientConfig.LookupURL] (404: the write
+// did not land). The lookup's outcome is the write's; only a failed lookup is
+// ErrTemporary, and a later write with the same key is still safe.
 package httpidem

@@ -16,3 +16,27 @@ var (
 // ErrClaimLost means a claim's key was no longer in flight under that claim when its
 // answer was stored: it expired and another request took it.
 var ErrClaimLost = errors.New("idempotency claim lost")
+
+// The classes of a write's failure ([Client.Write] returns them as an [*Error]).
+var (
+	// ErrInFlight: 409, the key is in flight on the server; retry later with the same key.
+	// It is also retry.ErrTemporary.
+	ErrInFlight = errors.New("idempotency key in flight")
+	// ErrFenced: 409 with problem type TypeFenced, a newer token of the run has reached
+	// the server: the caller is a zombie, counts the write as fenced and stops. It is
+	// also fence.ErrFenced.
+	ErrFenced = errors.New("fenced by the server")
+	// ErrKeyConflict: 422, the key holds another payload; the run is handed over naming
+	// the key. It also matches idempotency.ErrConflict (an *idempotency.ConflictError).
+	ErrKeyConflict = errors.New("idempotency key holds another payload")
+	// ErrRateLimited: 429, or 503 with Retry-After; Error.Wait is how long the server
+	// asked to wait. It is also retry.ErrTemporary.
+	ErrRateLimited = errors.New("rate limited by the server")
+	// ErrTemporary: another 5xx, a refused or reset connection, a timeout, or a lost
+	// answer whose lookup failed too; a retry with the same key is safe. It is
+	// retry.ErrTemporary too.
+	ErrTemporary = errors.New("temporary failure of the outside system")
+	// ErrRejected: another 4xx (or a 3xx, never followed); Error.Problem holds the
+	// server's problem details, for parking the item.
+	ErrRejected = errors.New("rejected by the server")
+)
