@@ -36,7 +36,10 @@ func (c Config) validate() error {
 }
 
 // Handler serves the ledger's API; see the package doc.
-func Handler(c Config) (http.Handler, error) {
+func Handler(c Config) (http.Handler, error) { return handler(c, nil) }
+
+// handler is Handler with a hook that runs in each POST just before the write (tests).
+func handler(c Config, beforeWrite func(context.Context)) (http.Handler, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
@@ -46,7 +49,7 @@ func Handler(c Config) (http.Handler, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	s := &server{ledger: c.DB.Ledger(false), db: c.DB, log: c.Logger, now: c.Now}
+	s := &server{ledger: c.DB.Ledger(false), db: c.DB, log: c.Logger, now: c.Now, beforeWrite: beforeWrite}
 	mw := httpidem.New(Store(c.DB), httpidem.WithExpiry(c.Expiry), httpidem.WithKeyRequired(),
 		httpidem.WithLogger(c.Logger), httpidem.WithClock(c.Now))
 	mux := http.NewServeMux()
@@ -64,6 +67,8 @@ type server struct {
 	db     *books.DB
 	log    *slog.Logger
 	now    func() time.Time
+
+	beforeWrite func(context.Context)
 }
 
 // entry is a ledger_entries row as JSON, its members the table's columns.
@@ -221,6 +226,9 @@ func (s *server) post(w http.ResponseWriter, r *http.Request) {
 	in.Key = key
 	if in.CreatedAt == "" {
 		in.CreatedAt = s.now().UTC().Format(time.RFC3339)
+	}
+	if s.beforeWrite != nil {
+		s.beforeWrite(ctx)
 	}
 	inserted, err := s.ledger.Post(ctx, t, in.books())
 	if err != nil {

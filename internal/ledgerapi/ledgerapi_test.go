@@ -2,6 +2,7 @@ package ledgerapi_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cairnhq/cairn/internal/books"
@@ -39,6 +41,7 @@ func TestLedgerAPI(t *testing.T) {
 				{"changed payload", testChangedPayload},
 				{"older token", testOlderToken},
 				{"fence raised by the SQL path", testSQLFence},
+				{"fence raised during the write", testFenceDuringWrite},
 				{"get", testGet},
 				{"reversal", testReversal},
 				{"malformed", testMalformed},
@@ -54,7 +57,9 @@ type bundle struct {
 	db  *books.DB
 }
 
-func setup(t *testing.T, dsn string) *bundle {
+func setup(t *testing.T, dsn string) *bundle { return setupHook(t, dsn, nil) }
+
+func setupHook(t *testing.T, dsn string, beforeWrite func(db *books.DB)) *bundle {
 	t.Helper()
 	db, err := books.Open(t.Context(), dsn)
 	if err != nil {
@@ -64,7 +69,11 @@ func setup(t *testing.T, dsn string) *bundle {
 	if err := ledgerapi.CreateTables(t.Context(), db); err != nil {
 		t.Fatal(err)
 	}
-	h, err := ledgerapi.Handler(ledgerapi.Config{DB: db})
+	var hook func(context.Context)
+	if beforeWrite != nil {
+		hook = func(context.Context) { beforeWrite(db) }
+	}
+	h, err := ledgerapi.HandlerWithHook(ledgerapi.Config{DB: db}, hook)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,5 +302,32 @@ func testMalformed(t *testing.T, b *bundle) {
 	b.post(t, "k3", `{"key":"other",`+entryJSON("INV-1", 1, 1000, "")[1:], 1).want(t, http.StatusUnprocessableEntity)
 	if b.rows(t) != 0 {
 		t.Fatal("a malformed entry was written")
+	}
+}
+
+// A newer holder raises the ledger's fence while a stale request is between the service's
+// fence check and its write: the write is refused in its transaction with 503, which
+// releases the key, so the newer holder's request under the same key is written, and the
+// stale one's retry is a 409. Answered 409 there, the refusal would be stored under the
+// key and replayed to the newer holder.
+func testFenceDuringWrite(t *testing.T, _ *bundle) {
+	var once sync.Once
+	b := setupHook(t, "sqlite:"+filepath.Join(t.TempDir(), "race.db"), func(db *books.DB) {
+		once.Do(func() {
+			if err := db.Ledger(false).RaiseFence(context.Background(), fence.Token{RunID: run, Epoch: ledgerapi.DefaultEpoch, Value: 4}); err != nil {
+				t.Error(err)
+			}
+		})
+	})
+	a := b.post(t, "k1", entryJSON("INV-1", 1, 1000, ""), 3).want(t, http.StatusServiceUnavailable)
+	if a.problem.Type != httpidem.TypeFenced || a.problem.Extensions["highest"] != float64(4) || a.header.Get("Retry-After") == "" {
+		t.Fatalf("problem %+v, want a fenced 503 with Retry-After naming the token 4", a.problem)
+	}
+	b.post(t, "k1", entryJSON("INV-1", 1, 1000, ""), 3).want(t, http.StatusConflict)
+	if a := b.post(t, "k1", entryJSON("INV-1", 1, 1000, ""), 4).want(t, http.StatusCreated); a.replayed {
+		t.Fatal("the newer holder got a replay")
+	}
+	if n := b.rows(t); n != 1 {
+		t.Fatalf("%d rows, want the newer holder's one", n)
 	}
 }
