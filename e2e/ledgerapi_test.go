@@ -27,9 +27,10 @@ import (
 
 // ledgerAPI is one services/ledger-api process and its address.
 type ledgerAPI struct {
-	t    *testing.T
-	url  string
-	proc *devproc.Proc
+	t       *testing.T
+	url     string
+	metrics string // its CAIRN_METRICS_ADDR
+	proc    *devproc.Proc
 }
 
 // startLedgerAPI starts the ledger-api binary with env and waits for its "ready".
@@ -46,7 +47,7 @@ func startLedgerAPI(t *testing.T, addr string, env ...string) *ledgerAPI {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Stop(30 * time.Second) })
-	return &ledgerAPI{t: t, url: "http://" + addr, proc: p}
+	return &ledgerAPI{t: t, url: "http://" + addr, metrics: metrics, proc: p}
 }
 
 // post sends one entry under key with the run's token 1, and returns the status and body.
@@ -199,6 +200,26 @@ func TestLedgerAPIProcess(t *testing.T) {
 	}
 	if status, body = l.get("no-such-key"); status != http.StatusNotFound {
 		t.Fatalf("GET of an absent key: %d %s", status, body)
+	}
+
+	// Ready while its database answers; every answer counted.
+	resp, err := http.Get("http://" + l.metrics + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz: %s", resp.Status)
+	}
+	m, err := scrape(l.metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m[`cairn_ledger_api_requests_total{code="201",method="POST"}`]; got != float64(len(entries)) {
+		t.Fatalf("cairn_ledger_api_requests_total of 201 POSTs after the restart: %v, want %d", got, len(entries))
+	}
+	if got := m[`cairn_ledger_api_requests_total{code="422",method="POST"}`]; got != 1 {
+		t.Fatalf("cairn_ledger_api_requests_total of 422 POSTs: %v, want 1", got)
 	}
 
 	db, err := sql.Open("sqlite", filepath.Join(dir, "ledger.db"))
