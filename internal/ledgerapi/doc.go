@@ -16,7 +16,7 @@
 // # Fencing
 //
 // Every POST carries the run's fencing token (Cairn-Run, Cairn-Fence-Token and, optionally,
-// Cairn-Fence-Epoch; the epoch is "http" without it). The token is the ledger's own
+// Cairn-Fence-Epoch; the epoch is "http" without it); one without is 428. The token is the ledger's own
 // fence.Token: before the key is looked at, the ledger's fence of the run is raised to it
 // (books.Ledger.RaiseFence), and a fence held by a higher token is 409 naming both
 // tokens, with nothing claimed, replayed or written. books.Ledger.Post checks the fence
