@@ -10,7 +10,8 @@ is there; the files kustomization.yaml names exist. PostgreSQL as NATS: no servi
 init steps connects as the owner of the tables; every other DSN names a role of
 postgres/roles/roles.sql, with its own password variable, on a database that role may
 connect to; a service whose role may connect to a database has that database's DSN and no
-other; the init's role step sets every role's password.
+other; the init's role step sets every role's password. A service that opens no NATS
+connection (NO_NATS: ledger-api, the ledger over HTTP) has no NATS user, URL or password.
 """
 import glob
 import os
@@ -25,6 +26,7 @@ except ImportError:
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BUSY = {"extract", "post-ledger", "update-stock"}
+NO_NATS = {"ledger-api"}
 
 errors = []
 
@@ -69,7 +71,10 @@ for u in users:
     if password_var(u) not in env:
         fail(f".env: no {password_var(u)} for user {u} of nats/accounts.conf")
 for s in services:
-    if s not in users:
+    if s in NO_NATS:
+        if s in users:
+            fail(f"nats/accounts.conf: a user for {s}, which opens no NATS connection")
+    elif s not in users:
         fail(f"nats/accounts.conf: no user for service {s}")
 
 # docker-compose.yml
@@ -86,7 +91,10 @@ if compose:
         if c.get("command") != [f"/usr/local/bin/{s}"]:
             fail(f"docker-compose.yml: {s} runs {c.get('command')}, not /usr/local/bin/{s}")
         url = c.get("environment", {}).get("CAIRN_NATS_URL", "")
-        if url_users(url) != {s} or "${" + password_var(s) + "}" not in url:
+        if s in NO_NATS:
+            if url:
+                fail(f"docker-compose.yml: {s} has a CAIRN_NATS_URL, but it opens no NATS connection")
+        elif url_users(url) != {s} or "${" + password_var(s) + "}" not in url:
             fail(f"docker-compose.yml: {s} connects as {sorted(url_users(url))}, not as {s} with ${{{password_var(s)}}}")
         want = 2 if s in BUSY else 1
         got = c.get("deploy", {}).get("replicas", 1)
@@ -142,6 +150,10 @@ for s in services:
     if not c.get("readinessProbe"):
         fail(f"k8s: Deployment {s} has no readiness probe")
     e = {v["name"]: v for v in c.get("env", [])}
+    if s in NO_NATS:
+        if "CAIRN_NATS_URL" in e or "NATS_PASSWORD" in e:
+            fail(f"k8s: Deployment {s} has a NATS URL or password, but it opens no NATS connection")
+        continue
     if url_users(e.get("CAIRN_NATS_URL", {}).get("value", "")) != {s}:
         fail(f"k8s: Deployment {s} does not connect to NATS as {s}")
     key = e.get("NATS_PASSWORD", {}).get("valueFrom", {}).get("secretKeyRef", {}).get("key")

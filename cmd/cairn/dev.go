@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/internal/books"
+	"github.com/cairnhq/cairn/internal/ledgerapi"
 	"github.com/cairnhq/cairn/internal/recon"
 	"github.com/cairnhq/cairn/internal/service"
 	"github.com/cairnhq/cairn/pkg/assets"
@@ -140,6 +141,10 @@ func createTables(ctx context.Context, c service.Config) error {
 		return fmt.Errorf("CAIRN_LEDGER_DSN: %w", err)
 	}
 	defer ledger.Close()
+	// services/ledger-api keeps its idempotency keys next to the entries.
+	if err := ledgerapi.CreateTables(ctx, ledger); err != nil {
+		return fmt.Errorf("CAIRN_LEDGER_DSN: %w", err)
+	}
 	erp, err := books.Open(ctx, string(c.ERPDSN))
 	if err != nil {
 		return fmt.Errorf("CAIRN_ERP_DSN: %w", err)
@@ -148,7 +153,7 @@ func createTables(ctx context.Context, c service.Config) error {
 	if err := recon.CreateERPTables(ctx, erp); err != nil {
 		return fmt.Errorf("CAIRN_ERP_DSN: %w", err)
 	}
-	fmt.Println("the ledger's and the ERP's tables exist")
+	fmt.Println("the ledger's (with the ledger API's keys) and the ERP's tables exist")
 	return nil
 }
 

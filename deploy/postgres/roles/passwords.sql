@@ -10,9 +10,11 @@
 \getenv compare POSTGRES_PASSWORD_COMPARE
 \getenv compensator POSTGRES_PASSWORD_COMPENSATOR
 \getenv reader POSTGRES_PASSWORD_READER
+\getenv ledger_api POSTGRES_PASSWORD_LEDGER_API
 ALTER ROLE post_ledger PASSWORD :'post_ledger';
 ALTER ROLE update_stock PASSWORD :'update_stock';
 ALTER ROLE match PASSWORD :'match';
 ALTER ROLE compare PASSWORD :'compare';
 ALTER ROLE compensator PASSWORD :'compensator';
 ALTER ROLE reader PASSWORD :'reader';
+ALTER ROLE ledger_api PASSWORD :'ledger_api';

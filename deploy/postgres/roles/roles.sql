@@ -10,6 +10,7 @@
 --   compare       CAIRN_ERP_DSN=postgres://compare:PASSWORD@HOST/erp
 --   compensator   both, as compensator
 --   reader        cairn diff, cairn status (SELECT only)
+--   ledger-api    CAIRN_LEDGER_DSN=postgres://ledger_api:PASSWORD@HOST/ledger
 --
 -- fetch, extract, debit-notes, report, outbox-sender and the supervisor open no database
 -- and need no role. The tables belong to the role that created them (cairn init --tables,
@@ -18,7 +19,7 @@ DO $$
 DECLARE
   r text;
 BEGIN
-  FOREACH r IN ARRAY ARRAY['post_ledger', 'update_stock', 'match', 'compare', 'compensator', 'reader'] LOOP
+  FOREACH r IN ARRAY ARRAY['post_ledger', 'update_stock', 'match', 'compare', 'compensator', 'reader', 'ledger_api'] LOOP
     BEGIN
       EXECUTE format('CREATE ROLE %I LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT', r);
     EXCEPTION WHEN duplicate_object OR unique_violation THEN

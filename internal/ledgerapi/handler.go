@@ -1,0 +1,305 @@
+package ledgerapi
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/cairnhq/cairn/internal/books"
+	"github.com/cairnhq/cairn/pkg/fence"
+	"github.com/cairnhq/cairn/pkg/httpidem"
+)
+
+// Config is what a [Handler] serves.
+type Config struct {
+	DB     *books.DB     // the ledger's database; the middleware's tables are in it too
+	Expiry time.Duration // how long a key holds its answer (default httpidem.DefaultExpiry)
+	Logger *slog.Logger
+	Now    func() time.Time // created_at of an entry that has none (default time.Now)
+}
+
+func (c Config) validate() error {
+	if c.DB == nil {
+		return errors.New("ledgerapi: no database")
+	}
+	if c.Expiry < 0 {
+		return fmt.Errorf("ledgerapi: a negative expiry %s", c.Expiry)
+	}
+	return nil
+}
+
+// Handler serves the ledger's API; see the package doc.
+func Handler(c Config) (http.Handler, error) { return handler(c, nil) }
+
+// handler is Handler with a hook that runs in each POST just before the write (tests).
+func handler(c Config, beforeWrite func(context.Context)) (http.Handler, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	s := &server{ledger: c.DB.Ledger(false), db: c.DB, log: c.Logger, now: c.Now, beforeWrite: beforeWrite}
+	mw := httpidem.New(Store(c.DB), httpidem.WithExpiry(c.Expiry), httpidem.WithKeyRequired(),
+		httpidem.WithLogger(c.Logger), httpidem.WithClock(c.Now))
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/entries", s.fenced(mw.Wrap(http.HandlerFunc(s.post))))
+	mux.HandleFunc("GET /v1/entries/{key...}", s.get)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		httpidem.Problem{Type: TypeNotFound, Title: "Not found", Status: http.StatusNotFound,
+			Detail: fmt.Sprintf("no resource %s %s: this service serves POST /v1/entries and GET /v1/entries/{key}", r.Method, r.URL.Path)}.Write(w)
+	})
+	return mux, nil
+}
+
+type server struct {
+	ledger *books.Ledger
+	db     *books.DB
+	log    *slog.Logger
+	now    func() time.Time
+
+	beforeWrite func(context.Context)
+}
+
+// entry is a ledger_entries row as JSON, its members the table's columns.
+type entry struct {
+	Key         string  `json:"key,omitempty"`
+	RunID       string  `json:"run_id"`
+	InvoiceNo   string  `json:"invoice_no"`
+	Line        int     `json:"line"`
+	Kind        string  `json:"kind"`
+	SupplierID  string  `json:"supplier_id"`
+	AmountPaise int64   `json:"amount_paise"`
+	Reverses    *string `json:"reverses"` // null for an entry that reverses nothing
+	CreatedAt   string  `json:"created_at,omitempty"`
+}
+
+func fromBooks(e books.Entry) entry {
+	out := entry{Key: e.Key, RunID: e.RunID, InvoiceNo: e.InvoiceNo, Line: e.Line, Kind: e.Kind,
+		SupplierID: e.SupplierID, AmountPaise: e.AmountPaise, CreatedAt: e.CreatedAt}
+	if e.Reverses != "" {
+		out.Reverses = &e.Reverses
+	}
+	return out
+}
+
+func (e entry) books() books.Entry {
+	out := books.Entry{Key: e.Key, RunID: e.RunID, InvoiceNo: e.InvoiceNo, Line: e.Line, Kind: e.Kind,
+		SupplierID: e.SupplierID, AmountPaise: e.AmountPaise, CreatedAt: e.CreatedAt}
+	if e.Reverses != nil {
+		out.Reverses = *e.Reverses
+	}
+	return out
+}
+
+// Log attribute keys.
+const (
+	logKey = "key"
+	logRun = "run_id"
+	logErr = "err"
+)
+
+// fenced raises the ledger's fence of the request's run to its token before next (the
+// middleware) looks at the key: a stale token is refused here, with nothing claimed.
+func (s *server) fenced(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t, ok := s.token(w, r)
+		if !ok {
+			return
+		}
+		if err := s.ledger.RaiseFence(r.Context(), t); err != nil {
+			key, _ := httpidem.ParseKey(r.Header.Get(httpidem.KeyHeader))
+			s.fenceProblem(r.Context(), w, t, key, err, false)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// token is the request's fencing token as the ledger's fence.Token; it answers the
+// request itself when the headers are missing or malformed.
+func (s *server) token(w http.ResponseWriter, r *http.Request) (fence.Token, bool) {
+	runH, tokenH := httpidem.DefaultRunHeader, httpidem.DefaultTokenHeader
+	run, value, sent, err := httpidem.ParseFence(r.Header.Get(runH), r.Header.Get(tokenH))
+	switch {
+	case err != nil:
+		httpidem.Problem{Type: httpidem.TypeFenceInvalid, Title: "Fencing headers invalid", Status: http.StatusBadRequest,
+			Detail: runH + ", " + tokenH + ": " + err.Error()}.Write(w)
+		return fence.Token{}, false
+	case !sent:
+		httpidem.Problem{Type: TypeFenceMissing, Title: "Fencing token missing", Status: http.StatusPreconditionRequired,
+			Detail: "a ledger entry is written under its run's fencing token: send " + runH + " and " + tokenH}.Write(w)
+		return fence.Token{}, false
+	case value < 0:
+		httpidem.Problem{Type: httpidem.TypeFenceInvalid, Title: "Fencing headers invalid", Status: http.StatusBadRequest,
+			Detail: fmt.Sprintf("%s: a negative token %d", tokenH, value)}.Write(w)
+		return fence.Token{}, false
+	}
+	epoch := r.Header.Get(EpochHeader)
+	if epoch == "" {
+		epoch = DefaultEpoch
+	}
+	return fence.Token{RunID: run, Epoch: epoch, Value: uint64(value)}, true
+}
+
+// fenceProblem answers err, an error of the ledger's fence check for t. Found in the
+// write's transaction (inWrite), a refusal is 503 so that the middleware releases the key
+// (package doc, "Fencing").
+func (s *server) fenceProblem(ctx context.Context, w http.ResponseWriter, t fence.Token, key string, err error, inWrite bool) {
+	fenced, foreign := errors.Is(err, fence.ErrFenced), errors.Is(err, fence.ErrForeignEpoch)
+	if !fenced && !foreign {
+		s.unavailable(ctx, w, "the ledger's fence could not be checked", err, t.RunID)
+		return
+	}
+	epoch, highest, rerr := s.fenceOf(ctx, t.RunID)
+	if rerr != nil {
+		s.unavailable(ctx, w, "the ledger's fence could not be read", rerr, t.RunID)
+		return
+	}
+	ext := map[string]any{"run": t.RunID, "token": t.Value, "highest": highest, "epoch": t.Epoch, "fence_epoch": epoch}
+	if key != "" {
+		ext["key"] = key
+	}
+	p := httpidem.Problem{Type: httpidem.TypeFenced, Title: "Fenced", Status: http.StatusConflict,
+		Detail: fmt.Sprintf("fencing token %d of run %q is below the token the ledger holds for it, %d", t.Value, t.RunID, highest), Extensions: ext}
+	if foreign {
+		p.Type, p.Title = TypeForeignEpoch, "Foreign epoch"
+		p.Detail = fmt.Sprintf("the ledger's fence of run %q holds epoch %q (token %d), the request's is epoch %q (token %d)", t.RunID, epoch, highest, t.Epoch, t.Value)
+	}
+	if inWrite {
+		p.Status = http.StatusServiceUnavailable
+		p.Detail += "; it was raised while this request was in flight: retry, and the retry is refused with 409"
+		w.Header().Set("Retry-After", "1")
+	}
+	p.Write(w)
+}
+
+// fenceOf reads the ledger's fence of run.
+func (s *server) fenceOf(ctx context.Context, run string) (string, int64, error) {
+	var (
+		epoch string
+		token int64
+	)
+	q := books.Rebind(s.db.Dialect(), `SELECT epoch, token FROM fences WHERE run_id = ?`)
+	if err := s.db.SQL().QueryRowContext(ctx, q, run).Scan(&epoch, &token); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return "", 0, fmt.Errorf("reading the fence of run %q: %w", run, err)
+	}
+	return epoch, token, nil
+}
+
+func (s *server) post(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	key, err := httpidem.ParseKey(r.Header.Get(httpidem.KeyHeader))
+	if err != nil { // the middleware refused it already
+		badEntry(w, key, "Idempotency-Key: "+err.Error())
+		return
+	}
+	t, ok := s.token(w, r)
+	if !ok {
+		return
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	var in entry
+	if err := dec.Decode(&in); err != nil {
+		badEntry(w, key, "the body is not a ledger entry: "+err.Error())
+		return
+	}
+	if dec.More() {
+		badEntry(w, key, "the body holds more than one JSON value")
+		return
+	}
+	if in.Key != "" && in.Key != key {
+		refused(w, key, fmt.Sprintf("the body's key %q is not the Idempotency-Key %q", in.Key, key), books.ErrInvalid)
+		return
+	}
+	in.Key = key
+	if in.CreatedAt == "" {
+		in.CreatedAt = s.now().UTC().Format(time.RFC3339)
+	}
+	if s.beforeWrite != nil {
+		s.beforeWrite(ctx)
+	}
+	inserted, err := s.ledger.Post(ctx, t, in.books())
+	if err != nil {
+		if errors.Is(err, fence.ErrFenced) || errors.Is(err, fence.ErrForeignEpoch) {
+			s.fenceProblem(ctx, w, t, key, err, true)
+			return
+		}
+		for _, refusal := range []error{books.ErrNotNegation, books.ErrAlreadyReversed, books.ErrNoOriginal, books.ErrConflict, books.ErrInvalid, fence.ErrInvalidToken} {
+			if errors.Is(err, refusal) {
+				refused(w, key, err.Error(), refusal)
+				return
+			}
+		}
+		s.unavailable(ctx, w, "the entry could not be written", err, t.RunID)
+		return
+	}
+	stored, found, err := s.ledger.Get(ctx, key)
+	if err != nil || !found {
+		// Written, so the answer must not be a 5xx (which would release the key): the
+		// entry as posted is the row, created_at aside.
+		s.log.WarnContext(ctx, "reading back a ledger entry", logKey, key, logErr, err)
+		stored = in.books()
+	}
+	status := http.StatusOK
+	if inserted {
+		status = http.StatusCreated
+	}
+	w.Header().Set("Location", "/v1/entries/"+url.PathEscape(key))
+	writeEntry(w, status, stored)
+}
+
+func (s *server) get(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	e, found, err := s.ledger.Get(r.Context(), key)
+	switch {
+	case err != nil:
+		s.unavailable(r.Context(), w, "the entry could not be read", err, "")
+	case !found:
+		httpidem.Problem{Type: TypeNotFound, Title: "No such entry", Status: http.StatusNotFound,
+			Detail: fmt.Sprintf("the ledger holds no entry under key %q", key), Extensions: map[string]any{"key": key}}.Write(w)
+	default:
+		writeEntry(w, http.StatusOK, e)
+	}
+}
+
+func writeEntry(w http.ResponseWriter, status int, e books.Entry) {
+	b, err := json.Marshal(fromBooks(e))
+	if err != nil {
+		b = []byte(`{}`) // an entry of strings and integers always encodes
+	}
+	b = append(b, '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+func badEntry(w http.ResponseWriter, key, detail string) {
+	httpidem.Problem{Type: TypeBadEntry, Title: "Malformed ledger entry", Status: http.StatusBadRequest,
+		Detail: detail, Extensions: map[string]any{"key": key}}.Write(w)
+}
+
+// refused answers a refusal of the ledger's rules: 422 naming the ledger's error.
+func refused(w http.ResponseWriter, key, detail string, ledgerErr error) {
+	httpidem.Problem{Type: TypeRefused, Title: "Refused by the ledger", Status: http.StatusUnprocessableEntity,
+		Detail: detail, Extensions: map[string]any{"key": key, "ledger_error": ledgerErr.Error()}}.Write(w)
+}
+
+func (s *server) unavailable(ctx context.Context, w http.ResponseWriter, what string, err error, run string) {
+	s.log.ErrorContext(ctx, what, logRun, run, logErr, err)
+	w.Header().Set("Retry-After", "1")
+	httpidem.Problem{Type: TypeUnavailable, Title: "Ledger unavailable", Status: http.StatusServiceUnavailable,
+		Detail: what + "; retry later"}.Write(w)
+}
