@@ -312,17 +312,6 @@ func TestForeignKeyEnforced(t *testing.T) {
 	})
 }
 
-func TestRebind(t *testing.T) {
-	t.Parallel()
-	q := `SELECT a FROM t WHERE b = ? AND c IN (?, ?)`
-	if got := rebind(fence.SQLite, q); got != q {
-		t.Errorf("sqlite rebind = %q", got)
-	}
-	if got, want := rebind(fence.Postgres, q), `SELECT a FROM t WHERE b = $1 AND c IN ($2, $3)`; got != want {
-		t.Errorf("postgres rebind = %q, want %q", got, want)
-	}
-}
-
 func TestContextCancelled(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		db := b.open(t)

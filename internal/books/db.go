@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strconv"
 	"strings"
 	"unicode"
 
@@ -193,31 +192,11 @@ func (db *DB) orderByKey() string {
 
 // q turns a query written with ? placeholders into the dialect's spelling.
 func (db *DB) q(query string) string {
-	return rebind(db.dialect, query)
+	return db.dialect.Rebind(query)
 }
 
-// Rebind turns a query written with ? placeholders into d's spelling: $1, $2, ... on
-// PostgreSQL. Every ? is a placeholder, even one inside a string literal.
-func Rebind(d fence.Dialect, query string) string {
-	return rebind(d, query)
-}
-
-func rebind(d fence.Dialect, query string) string {
-	if d != fence.Postgres {
-		return query
-	}
-	var b strings.Builder
-	n := 0
-	for _, r := range query {
-		if r == '?' {
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+// Rebind turns a query written with ? placeholders into d's spelling ([fence.Dialect.Rebind]).
+func Rebind(d fence.Dialect, query string) string { return d.Rebind(query) }
 
 // placeholders returns n comma-separated ? placeholders.
 func placeholders(n int) string {

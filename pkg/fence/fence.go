@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 )
 
 // Schema creates the fences table. Another table of the same columns (such as
@@ -39,6 +40,25 @@ func (d Dialect) greatest() string {
 		return "GREATEST"
 	}
 	return "max"
+}
+
+// Rebind turns a query written with ? placeholders into d's spelling: $1, $2, ... on
+// PostgreSQL. Every ? is a placeholder, even one inside a string literal.
+func (d Dialect) Rebind(query string) string {
+	if d != Postgres {
+		return query
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // placeholders returns the first three positional parameters.

@@ -7,8 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
-	"strings"
+
+	"github.com/cairnhq/cairn/pkg/fence"
 )
 
 // SQLStore is a [Store] over database/sql. Its tables:
@@ -59,20 +59,10 @@ func (s *SQLStore) CreateTables(ctx context.Context) error {
 
 // q turns the ? placeholders of query into $n on PostgreSQL.
 func (s *SQLStore) q(query string) string {
-	if !s.postgres {
-		return query
+	if s.postgres {
+		return fence.Postgres.Rebind(query)
 	}
-	var b strings.Builder
-	n := 0
-	for _, r := range query {
-		if r == '?' {
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
+	return query
 }
 
 // Claim implements [Store]. Every statement before the read is a write, so that on
