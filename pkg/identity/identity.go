@@ -137,6 +137,10 @@ type Seal struct {
 	Saga   uint64 `json:"saga"`   // CAIRN_SAGA's last sequence
 	Outbox uint64 `json:"outbox"` // CAIRN_OUTBOX's last sequence
 	At     string `json:"at"`
+	// Messages: Saga and Outbox were recorded by a release that signs saga records and
+	// outbox messages. A seal without it (the release that signed only records) has its two
+	// sequences moved once, to where the streams stand at the next registration.
+	Messages bool `json:"messages,omitempty"`
 }
 
 // Ring checks signatures against the registered keys. It reads a name's key from the
@@ -300,8 +304,12 @@ func Registered(ctx context.Context, kv jetstream.KeyValue, name string) (string
 }
 
 // SealOnce records s as the seal unless one is recorded already, and returns the seal that
-// holds: it is made once, when keys are first registered, and never moved.
+// holds: it is made once, when keys are first registered, and never moved, but for one step:
+// a seal recorded before saga records and outbox messages were signed (Messages false) has
+// its saga and outbox sequences moved to s's, once, so the unsigned messages that release
+// wrote are still taken as the old release's.
 func SealOnce(ctx context.Context, kv jetstream.KeyValue, s Seal) (Seal, error) {
+	s.Messages = true
 	b, _ := json.Marshal(s)
 	_, err := kv.Create(ctx, SealKey, b)
 	if err == nil {
@@ -310,13 +318,24 @@ func SealOnce(ctx context.Context, kv jetstream.KeyValue, s Seal) (Seal, error) 
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		return Seal{}, fmt.Errorf("recording the seal in %s: %w", Bucket, err)
 	}
-	e, err := kv.Get(ctx, SealKey)
-	if err != nil {
-		return Seal{}, fmt.Errorf("reading the seal in %s: %w", Bucket, err)
+	var lost error // the last update refused: another registration may have moved it first
+	for range 3 {
+		e, err := kv.Get(ctx, SealKey)
+		if err != nil {
+			return Seal{}, fmt.Errorf("reading the seal in %s: %w", Bucket, err)
+		}
+		var held Seal
+		if err := json.Unmarshal(e.Value(), &held); err != nil {
+			return Seal{}, fmt.Errorf("reading the seal in %s: %w", Bucket, err)
+		}
+		if held.Messages {
+			return held, nil
+		}
+		held.Saga, held.Outbox, held.Messages = max(held.Saga, s.Saga), max(held.Outbox, s.Outbox), true
+		b, _ := json.Marshal(held)
+		if _, lost = kv.Update(ctx, SealKey, b, e.Revision()); lost == nil {
+			return held, nil
+		}
 	}
-	var held Seal
-	if err := json.Unmarshal(e.Value(), &held); err != nil {
-		return Seal{}, fmt.Errorf("reading the seal in %s: %w", Bucket, err)
-	}
-	return held, nil
+	return Seal{}, fmt.Errorf("moving the seal's message sequences in %s: %w", Bucket, lost)
 }
