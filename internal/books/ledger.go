@@ -37,6 +37,27 @@ func (e Entry) samePayload(o Entry) bool {
 	return e == o
 }
 
+// Book is a ledger that post-ledger and the compensator write through: the
+// ledger_entries table (or its shadow) of the ledger database, a *Ledger, or the same
+// table behind the ledger's HTTP API (internal/ledgerapi). Both enforce the entry's key
+// and the run's fencing token, and answer with this package's errors.
+type Book interface {
+	// RaiseFence raises the book's fence of t's run to t, outside any write.
+	RaiseFence(ctx context.Context, t fence.Token) error
+	// Post writes e under t; inserted is false when e's key already held the same
+	// payload (a no-op). ErrConflict when it held another.
+	Post(ctx context.Context, t fence.Token, e Entry) (inserted bool, err error)
+	// Get is the entry under key; found is false when there is none.
+	Get(ctx context.Context, key string) (e Entry, found bool, err error)
+	// ListRun is every entry of the run, in key order.
+	ListRun(ctx context.Context, runID string) ([]Entry, error)
+	// Reversal is the reversal of the entry under key (see ReversalOf); ErrNoOriginal
+	// when no entry holds key.
+	Reversal(ctx context.Context, key, createdAt string) (Entry, error)
+}
+
+var _ Book = (*Ledger)(nil)
+
 // Ledger is the ledger_entries table (or its shadow) of one DB.
 type Ledger struct {
 	db *DB

@@ -24,8 +24,14 @@ func (l *Ledger) Reversal(ctx context.Context, key, createdAt string) (Entry, er
 	if !ok {
 		return Entry{}, fmt.Errorf("reversed key %q: %w", key, ErrNoOriginal)
 	}
+	return ReversalOf(e, createdAt)
+}
+
+// ReversalOf is the reversal of e, a row as the ledger holds it: key "<key>:rev", the
+// amount negated, stamped createdAt. ErrNotNegation when e is itself a reversal.
+func ReversalOf(e Entry, createdAt string) (Entry, error) {
 	if e.Reverses != "" {
-		return Entry{}, fmt.Errorf("entry %q reverses %q itself: %w", key, e.Reverses, ErrNotNegation)
+		return Entry{}, fmt.Errorf("entry %q reverses %q itself: %w", e.Key, e.Reverses, ErrNotNegation)
 	}
 	e.Reverses, e.Key, e.AmountPaise, e.CreatedAt = e.Key, e.Key+":rev", -e.AmountPaise, createdAt
 	return e, nil
