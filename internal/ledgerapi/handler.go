@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"path"
 	"strconv"
 	"time"
 
@@ -49,21 +50,40 @@ func handler(c Config, beforeWrite func(context.Context)) (http.Handler, error) 
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	s := &server{ledger: c.DB.Ledger(false), db: c.DB, log: c.Logger, now: c.Now, beforeWrite: beforeWrite}
-	mw := httpidem.New(Store(c.DB), httpidem.WithExpiry(c.Expiry), httpidem.WithKeyRequired(),
-		httpidem.WithLogger(c.Logger), httpidem.WithClock(c.Now))
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/entries", s.fenced(mw.Wrap(http.HandlerFunc(s.post))))
-	mux.HandleFunc("GET /v1/entries/{key...}", s.get)
+	for _, shadow := range []bool{false, true} {
+		s := &server{ledger: c.DB.Ledger(shadow), fences: "fences", db: c.DB, log: c.Logger, now: c.Now, beforeWrite: beforeWrite}
+		opts := []httpidem.Option{httpidem.WithExpiry(c.Expiry), httpidem.WithKeyRequired(),
+			httpidem.WithLogger(c.Logger), httpidem.WithClock(c.Now)}
+		prefix := LivePrefix
+		if shadow {
+			// The shadow's keys are a space of their own: a shadow run may write the
+			// key a live run wrote, and neither's answer is the other's.
+			s.fences, prefix = "shadow_fences", ShadowPrefix
+			opts = append(opts, httpidem.WithScope(func(*http.Request) string { return "shadow" }))
+		}
+		mw := httpidem.New(Store(c.DB), opts...)
+		mux.Handle("POST "+prefix+"/entries", s.fenced(mw.Wrap(http.HandlerFunc(s.post))))
+		mux.HandleFunc("GET "+prefix+"/entries/{key...}", s.get)
+		mux.HandleFunc("GET "+prefix+"/entries", s.list)
+		mux.HandleFunc("POST "+prefix+"/fences", s.raise)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpidem.Problem{Type: TypeNotFound, Title: "Not found", Status: http.StatusNotFound,
-			Detail: fmt.Sprintf("no resource %s %s: this service serves POST /v1/entries and GET /v1/entries/{key}", r.Method, r.URL.Path)}.Write(w)
+			Detail: fmt.Sprintf("no resource %s %s: this service serves POST /v1/entries, GET /v1/entries/{key}, GET /v1/entries?run_id=RUN and POST /v1/fences, and the same under /v1/shadow", r.Method, r.URL.Path)}.Write(w)
 	})
 	return mux, nil
 }
 
+// The paths of the live ledger and of its shadow tables (a shadow run's).
+const (
+	LivePrefix   = "/v1"
+	ShadowPrefix = "/v1/shadow"
+)
+
 type server struct {
 	ledger *books.Ledger
+	fences string // the ledger's fence table
 	db     *books.DB
 	log    *slog.Logger
 	now    func() time.Time
@@ -190,7 +210,7 @@ func (s *server) fenceOf(ctx context.Context, run string) (string, int64, error)
 		epoch string
 		token int64
 	)
-	q := books.Rebind(s.db.Dialect(), `SELECT epoch, token FROM fences WHERE run_id = ?`)
+	q := books.Rebind(s.db.Dialect(), `SELECT epoch, token FROM `+s.fences+` WHERE run_id = ?`)
 	if err := s.db.SQL().QueryRowContext(ctx, q, run).Scan(&epoch, &token); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return "", 0, fmt.Errorf("reading the fence of run %q: %w", run, err)
 	}
@@ -256,8 +276,54 @@ func (s *server) post(w http.ResponseWriter, r *http.Request) {
 	if inserted {
 		status = http.StatusCreated
 	}
-	w.Header().Set("Location", "/v1/entries/"+url.PathEscape(key))
+	w.Header().Set("Location", path.Dir(r.URL.Path)+"/entries/"+url.PathEscape(key))
 	writeEntry(w, status, stored)
+}
+
+// raise raises the ledger's fence of the request's run to its token (books.Ledger.
+// RaiseFence, over HTTP): 200 with the fence, or 409 naming both tokens.
+func (s *server) raise(w http.ResponseWriter, r *http.Request) {
+	t, ok := s.token(w, r)
+	if !ok {
+		return
+	}
+	if err := s.ledger.RaiseFence(r.Context(), t); err != nil {
+		s.fenceProblem(r.Context(), w, t, "", err, false)
+		return
+	}
+	writeJSON(w, http.StatusOK, Fence{RunID: t.RunID, Epoch: t.Epoch, Token: t.Value})
+}
+
+// Fence is the answer of POST /v1/fences: the run's fence as the ledger holds it.
+type Fence struct {
+	RunID string `json:"run_id"`
+	Epoch string `json:"epoch"`
+	Token uint64 `json:"token"`
+}
+
+// list answers GET /v1/entries?run_id=RUN: every entry of the run, in key order.
+func (s *server) list(w http.ResponseWriter, r *http.Request) {
+	run := r.URL.Query().Get("run_id")
+	if run == "" {
+		httpidem.Problem{Type: TypeBadEntry, Title: "No run", Status: http.StatusBadRequest,
+			Detail: "GET " + r.URL.Path + " lists the entries of one run: add ?run_id=RUN"}.Write(w)
+		return
+	}
+	es, err := s.ledger.ListRun(r.Context(), run)
+	if err != nil {
+		s.unavailable(r.Context(), w, "the run's entries could not be read", err, run)
+		return
+	}
+	out := entryList{Entries: make([]entry, len(es))}
+	for i, e := range es {
+		out.Entries[i] = fromBooks(e)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// entryList is the answer of GET /v1/entries?run_id=RUN.
+type entryList struct {
+	Entries []entry `json:"entries"`
 }
 
 func (s *server) get(w http.ResponseWriter, r *http.Request) {
@@ -274,10 +340,12 @@ func (s *server) get(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func writeEntry(w http.ResponseWriter, status int, e books.Entry) {
-	b, err := json.Marshal(fromBooks(e))
+func writeEntry(w http.ResponseWriter, status int, e books.Entry) { writeJSON(w, status, fromBooks(e)) }
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
 	if err != nil {
-		b = []byte(`{}`) // an entry of strings and integers always encodes
+		b = []byte(`{}`) // entries and fences of strings and integers always encode
 	}
 	b = append(b, '\n')
 	w.Header().Set("Content-Type", "application/json")

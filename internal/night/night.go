@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/internal/books"
+	"github.com/cairnhq/cairn/internal/ledgerapi"
 	"github.com/cairnhq/cairn/internal/recon"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/runner"
@@ -89,8 +90,11 @@ var Pipeline = pipeline.Definition{
 
 // Env is what the night's steps work with.
 type Env struct {
-	InboxDir  string
-	Ledger    *books.DB
+	InboxDir string
+	Ledger   *books.DB
+	// LedgerAPI, when set (CAIRN_LEDGER_URL), is the ledger post-ledger writes through:
+	// services/ledger-api over HTTP, and Ledger is not used.
+	LedgerAPI *ledgerapi.Client
 	ERP       *books.DB // the stock store, and what the night reads
 	Memo      jetstream.KeyValue
 	Marks     jetstream.KeyValue // cairn-outbox-sent: which messages of earlier generations went
@@ -100,6 +104,15 @@ type Env struct {
 	// MaxDocumentBytes is the largest document extract reads (CAIRN_MAX_DOCUMENT_BYTES);
 	// a larger one's invoice is parked. 0: DefaultMaxDocument.
 	MaxDocumentBytes int64
+}
+
+// ledger is the book post-ledger writes (shadow: the shadow tables): over HTTP when
+// LedgerAPI is set, else the ledger database.
+func (e *Env) ledger(shadow bool) books.Book {
+	if e.LedgerAPI != nil {
+		return e.LedgerAPI.Ledger(shadow)
+	}
+	return e.Ledger.Ledger(shadow)
 }
 
 // Steps returns the implementation of every step.

@@ -29,6 +29,17 @@ type effect struct {
 // whose key an earlier attempt meant to write with another digest is refused before it is
 // made (idempotency.ErrConflict, naming both digests): the run is handed over.
 func keyed(ctx context.Context, a *runner.Attempt, effs []effect, write func(i int) error) error {
+	return keyedReceipts(ctx, a, effs, func(i int) (*saga.Receipt, error) { return nil, write(i) })
+}
+
+// receiptPoster is a book whose writes leave a receipt (the ledger over HTTP).
+type receiptPoster interface {
+	PostReceipt(ctx context.Context, t fence.Token, e books.Entry) (bool, saga.Receipt, error)
+}
+
+// keyedReceipts is keyed for writes that may leave a receipt (an HTTP answer's status,
+// reference and digest): a write's outcome record carries the receipt of its last try.
+func keyedReceipts(ctx context.Context, a *runner.Attempt, effs []effect, write func(i int) (*saga.Receipt, error)) error {
 	var prior saga.Intents
 	if slices.ContainsFunc(effs, func(e effect) bool { return e.digest != "" }) {
 		var err error
@@ -48,16 +59,25 @@ func keyed(ctx context.Context, a *runner.Attempt, effs []effect, write func(i i
 		if err := a.RecordEffect(ctx, intent); err != nil {
 			return runner.Temporary(err)
 		}
+		var receipt *saga.Receipt
 		err := a.Retry(ctx, func(try int) error {
-			if err := write(i); err != nil {
+			rc, err := write(i)
+			if err != nil {
 				return err
 			}
+			receipt = rc
 			return a.Fault(ctx, faults.LostReply, n)
 		})
 		if err != nil {
 			return fmt.Errorf("writing %s: %w", e.key, err)
 		}
-		if err := a.RecordEffect(ctx, sagaRecord(a, e, saga.Outcome)); err != nil {
+		outcome := sagaRecord(a, e, saga.Outcome)
+		if receipt != nil {
+			if outcome, err = saga.WithReceipt(intent, *receipt); err != nil {
+				return err
+			}
+		}
+		if err := a.RecordEffect(ctx, outcome); err != nil {
 			return runner.Temporary(err)
 		}
 		if err := a.Fault(ctx, faults.AfterWrite, n); err != nil {
@@ -142,7 +162,7 @@ func (s postLedgerStep) CheckSource(ctx context.Context, a *runner.Attempt, fp s
 }
 
 func (s postLedgerStep) RaiseFences(ctx context.Context, a *runner.Attempt, t fence.Token) error {
-	return s.e.Ledger.Ledger(a.Params.Shadow).RaiseFence(ctx, t)
+	return s.e.ledger(a.Params.Shadow).RaiseFence(ctx, t)
 }
 
 func (s postLedgerStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
@@ -150,10 +170,14 @@ func (s postLedgerStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Res
 	if err != nil {
 		return nil, err
 	}
-	l := s.e.Ledger.Ledger(a.Params.Shadow)
-	if err := keyed(ctx, a, ledgerEffects(writes), func(i int) error {
+	l := s.e.ledger(a.Params.Shadow)
+	if err := keyedReceipts(ctx, a, ledgerEffects(writes), func(i int) (*saga.Receipt, error) {
+		if rp, ok := l.(receiptPoster); ok {
+			_, rc, err := rp.PostReceipt(ctx, a.Token, writes[i])
+			return &rc, err
+		}
 		_, err := l.Post(ctx, a.Token, writes[i])
-		return err
+		return nil, err
 	}); err != nil {
 		return nil, err
 	}
@@ -174,7 +198,7 @@ func (s postLedgerStep) plan(ctx context.Context, a *runner.Attempt) (rowPlan[bo
 			Kind: x.Kind, SupplierID: x.SupplierID, AmountPaise: x.AmountPaise, CreatedAt: stamp(a)}
 		keys[i] = es[i].Key
 	}
-	l := s.e.Ledger.Ledger(a.Params.Shadow)
+	l := s.e.ledger(a.Params.Shadow)
 	var existing []books.Entry
 	if a.Generation > 0 {
 		if existing, err = l.ListRun(ctx, a.RunID); err != nil {
@@ -194,7 +218,7 @@ func (s postLedgerStep) Verify(ctx context.Context, a *runner.Attempt, r *runner
 	if err := unmarshal(ctx, a, r.Output, &out); err != nil {
 		return err
 	}
-	l := s.e.Ledger.Ledger(a.Params.Shadow)
+	l := s.e.ledger(a.Params.Shadow)
 	for _, want := range append(out.Entries, out.Reversals...) {
 		got, ok, err := l.Get(ctx, want.Key)
 		if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/internal/books"
+	"github.com/cairnhq/cairn/internal/ledgerapi"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/audit"
 	"github.com/cairnhq/cairn/pkg/consume"
@@ -42,6 +43,9 @@ type Config struct {
 	JS          jetstream.JetStream
 	Store       *kc.Store
 	Ledger, ERP *books.DB
+	// LedgerAPI, when set (CAIRN_LEDGER_URL), is the ledger the reversals are written
+	// through, over HTTP; Ledger is then not used.
+	LedgerAPI   *ledgerapi.Client
 	Marks       jetstream.KeyValue // cairn-outbox-sent
 	Handovers   jetstream.KeyValue // cairn-handovers: the note of an undo handed over (may be nil: no note)
 	Heartbeat   time.Duration      // default 5s
@@ -74,7 +78,7 @@ func New(c Config) (*Compensator, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.JS == nil || c.Store == nil || c.Ledger == nil || c.ERP == nil || c.Marks == nil {
+	if c.JS == nil || c.Store == nil || (c.Ledger == nil && c.LedgerAPI == nil) || c.ERP == nil || c.Marks == nil {
 		return nil, errors.New("compensator: needs JetStream, the checkpoint store, both databases and the outbox marks")
 	}
 	owner := runner.NewOwner("compensator")
@@ -271,7 +275,7 @@ func (c *Compensator) reverse(ctx context.Context, m jetstream.Msg, h *kc.Holder
 	token := fence.Token{RunID: runID, Epoch: c.cfg.Store.Epoch(), Value: h.Token()}
 	log := c.log.With(slog.String("run_id", runID), slog.Uint64("token", token.Value))
 	shadow := cur.Params.Shadow
-	ledger, stock := c.cfg.Ledger.Ledger(shadow), c.cfg.ERP.Stock(shadow)
+	ledger, stock := c.ledger(shadow), c.cfg.ERP.Stock(shadow)
 	if err := ledger.RaiseFence(ctx, token); err != nil {
 		return c.stop(ctx, h, err)
 	}
@@ -335,8 +339,16 @@ func (c *Compensator) reverse(ctx context.Context, m jetstream.Msg, h *kc.Holder
 	return nil
 }
 
+// ledger is the book the reversals of ledger rows are written through.
+func (c *Compensator) ledger(shadow bool) books.Book {
+	if c.cfg.LedgerAPI != nil {
+		return c.cfg.LedgerAPI.Ledger(shadow)
+	}
+	return c.cfg.Ledger.Ledger(shadow)
+}
+
 // apply makes one effect's reversal; made says whether it made a new one.
-func (c *Compensator) apply(ctx context.Context, ledger *books.Ledger, stock *books.Stock, t fence.Token, rec *kc.Record, e saga.Effect) (bool, error) {
+func (c *Compensator) apply(ctx context.Context, ledger books.Book, stock *books.Stock, t fence.Token, rec *kc.Record, e saga.Effect) (bool, error) {
 	r := e.Intent.Reverse
 	stamp := c.cfg.Now().UTC().Format(time.RFC3339Nano)
 	switch r.System {
