@@ -54,12 +54,18 @@ type Config struct {
 	ModelKey        Secret        `envconfig:"MODEL_KEY"`
 	ModelRPS        float64       `envconfig:"MODEL_RPS" default:"5"`
 	ModelTimeout    time.Duration `envconfig:"MODEL_TIMEOUT" default:"60s"`
-	NotifyEmail     string        `envconfig:"NOTIFY_EMAIL"`
-	NotifyWebhook   string        `envconfig:"NOTIFY_WEBHOOK"`
-	NotifySecret    Secret        `envconfig:"NOTIFY_SECRET"`
-	Faults          string        `envconfig:"FAULTS"`
-	SigningSeed     string        `envconfig:"SIGNING_SEED"`     // the one service's seed (keys.go)
-	SigningSeedDir  string        `envconfig:"SIGNING_SEED_DIR"` // <service>.seed files
+	// The ledger over HTTP (services/ledger-api): post-ledger and the compensator write
+	// through it instead of CAIRN_LEDGER_DSN, under a shared limit of LedgerRPS calls a
+	// second.
+	LedgerURL      string        `envconfig:"LEDGER_URL"`
+	LedgerRPS      float64       `envconfig:"LEDGER_RPS" default:"200"`
+	LedgerTimeout  time.Duration `envconfig:"LEDGER_TIMEOUT" default:"30s"`
+	NotifyEmail    string        `envconfig:"NOTIFY_EMAIL"`
+	NotifyWebhook  string        `envconfig:"NOTIFY_WEBHOOK"`
+	NotifySecret   Secret        `envconfig:"NOTIFY_SECRET"`
+	Faults         string        `envconfig:"FAULTS"`
+	SigningSeed    string        `envconfig:"SIGNING_SEED"`     // the one service's seed (keys.go)
+	SigningSeedDir string        `envconfig:"SIGNING_SEED_DIR"` // <service>.seed files
 
 	// Bounded sizes: the largest document extract reads (a larger one is parked).
 	MaxDocumentBytes int64 `envconfig:"MAX_DOCUMENT_BYTES" default:"4194304"`
@@ -137,7 +143,7 @@ func (c Config) Validate() error {
 	}{{"CAIRN_HEARTBEAT", c.Heartbeat}, {"CAIRN_LEASE", c.Lease}, {"CAIRN_ACK_WAIT", c.AckWait},
 		{"CAIRN_STALL_TIMEOUT", c.StallTimeout}, {"CAIRN_OUTBOX_STALL", c.OutboxStall}, {"CAIRN_OUTBOX_BACKOFF", c.OutboxBackoff},
 		{"CAIRN_STOP_GRACE", c.StopGrace}, {"CAIRN_TAKEOVER_GAP", c.TakeoverGap}, {"CAIRN_APPROVAL_TIMEOUT", c.ApprovalTimeout},
-		{"CAIRN_MODEL_TIMEOUT", c.ModelTimeout}} {
+		{"CAIRN_MODEL_TIMEOUT", c.ModelTimeout}, {"CAIRN_LEDGER_TIMEOUT", c.LedgerTimeout}} {
 		if d.v <= 0 || d.v > maxSetting {
 			bad("%s must be positive and at most %s, not %s", d.name, maxSetting, d.v)
 		}
@@ -164,6 +170,19 @@ func (c Config) Validate() error {
 	}
 	if !(c.ModelRPS > 0 && c.ModelRPS <= maxModelRPS) {
 		bad("CAIRN_MODEL_RPS must be above 0 and at most %d calls per second, not %v", maxModelRPS, c.ModelRPS)
+	}
+	if !(c.LedgerRPS > 0 && c.LedgerRPS <= maxModelRPS) {
+		bad("CAIRN_LEDGER_RPS must be above 0 and at most %d calls per second, not %v", maxModelRPS, c.LedgerRPS)
+	}
+	if c.LedgerURL != "" {
+		u, err := url.Parse(c.LedgerURL)
+		switch {
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.Port() == "" || strings.Trim(u.Path, "/") != "":
+			// Not err: url.Parse's error repeats the URL.
+			bad("CAIRN_LEDGER_URL must be http://HOST:PORT or https://HOST:PORT of services/ledger-api, with no path")
+		case u.User != nil || u.RawQuery != "" || u.Fragment != "":
+			bad("CAIRN_LEDGER_URL must carry no user, password, query or fragment: only http(s)://HOST:PORT")
+		}
 	}
 	if c.Replicas != 1 && c.Replicas != 3 && c.Replicas != 5 {
 		bad("CAIRN_REPLICAS must be 1, 3 or 5, not %d", c.Replicas)

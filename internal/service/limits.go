@@ -20,6 +20,19 @@ func (c Config) ModelLimit() ratelimit.Limit {
 	return ratelimit.Limit{Bucket: assets.BucketLimits, Key: ModelLimitKey, PerSecond: c.ModelRPS, Burst: ModelBurst}
 }
 
+// LedgerLimitKey is the limit of the ledger's API (CAIRN_LEDGER_RPS) in cairn-limits.
+const LedgerLimitKey = "ledger"
+
+// LedgerBurst is how many ledger calls may go at once after a quiet spell.
+const LedgerBurst = 10
+
+// LedgerLimit is the declared limit of the ledger's API, shared by post-ledger and the
+// compensator, every instance: each call waits for it, and a Retry-After the ledger
+// answers holds it for all of them.
+func (c Config) LedgerLimit() ratelimit.Limit {
+	return ratelimit.Limit{Bucket: assets.BucketLimits, Key: LedgerLimitKey, PerSecond: c.LedgerRPS, Burst: LedgerBurst}
+}
+
 // limitMetrics counts lim's grants and waits.
 func limitMetrics(m *metrics.Metrics, lim *ratelimit.Limiter) {
 	m.CounterFunc("cairn_model_limit_grants_total", "Model calls granted by the shared CAIRN_MODEL_RPS limit.",

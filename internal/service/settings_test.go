@@ -46,6 +46,15 @@ func TestSettingsRefuseNaNAndOutOfRange(t *testing.T) {
 		{"CAIRN_ERP_DSN", "sqlite:"},
 		{"CAIRN_SMTP_ADDR", "smtp.example.com"},
 		{"CAIRN_NOTIFY_WEBHOOK", "https://user:pw@hooks.example.com/x"},
+		{"CAIRN_LEDGER_URL", "ledger-api:8080"},
+		{"CAIRN_LEDGER_URL", "ftp://ledger-api:8080"},
+		{"CAIRN_LEDGER_URL", "http://ledger-api"}, // no port
+		{"CAIRN_LEDGER_URL", "http://ledger-api:8080/v1"},
+		{"CAIRN_LEDGER_URL", "http://u:pw@ledger-api:8080"},
+		{"CAIRN_LEDGER_URL", "http://ledger-api:8080?x=1"},
+		{"CAIRN_LEDGER_RPS", "0"},
+		{"CAIRN_LEDGER_RPS", "NaN"},
+		{"CAIRN_LEDGER_TIMEOUT", "0s"},
 	}
 	for _, c := range cases {
 		t.Run(c.variable+"="+c.value, func(t *testing.T) {
@@ -59,6 +68,16 @@ func TestSettingsRefuseNaNAndOutOfRange(t *testing.T) {
 				t.Fatalf("Load with %s=%s: %v is not ErrSetting (exit 2)", c.variable, c.value, err)
 			}
 		})
+	}
+}
+
+// A ledger URL of the form the README gives is taken, with a trailing slash too.
+func TestLedgerURLTaken(t *testing.T) {
+	for _, u := range []string{"http://127.0.0.1:8090", "https://ledger.internal:443/"} {
+		t.Setenv("CAIRN_LEDGER_URL", u)
+		if _, err := Load(); err != nil {
+			t.Errorf("CAIRN_LEDGER_URL=%s: %v", u, err)
+		}
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/internal/books"
+	"github.com/cairnhq/cairn/internal/ledgerapi"
 	"github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/internal/recon"
 	"github.com/cairnhq/cairn/internal/undo"
@@ -187,7 +188,13 @@ func (d *Deps) NightEnv(ctx context.Context, names ...string) (*night.Env, func(
 	}
 	var ledger, erp *books.DB
 	var err error
-	if uses(ledgerUsers) {
+	var api *ledgerapi.Client
+	switch {
+	case uses(ledgerUsers) && d.Config.LedgerURL != "":
+		if api, err = d.ledgerClient(ctx); err != nil {
+			return nil, nil, err
+		}
+	case uses(ledgerUsers):
 		if ledger, err = openBooks(ctx, "CAIRN_LEDGER_DSN", d.Config.LedgerDSN); err != nil {
 			return nil, nil, err
 		}
@@ -217,11 +224,25 @@ func (d *Deps) NightEnv(ctx context.Context, names ...string) (*night.Env, func(
 		extractor = recon.NewModelExtractor(c.ModelURL, c.ModelName, string(c.ModelKey), lim, c.ModelTimeout)
 	}
 	env := &night.Env{
-		InboxDir: d.Config.InboxDir, Ledger: ledger, ERP: erp, Memo: d.Memo, Marks: d.Marks, Extractor: extractor,
+		InboxDir: d.Config.InboxDir, Ledger: ledger, LedgerAPI: api, ERP: erp, Memo: d.Memo, Marks: d.Marks, Extractor: extractor,
 		MailFrom: mailFrom, FinanceTo: financeTo,
 		MaxDocumentBytes: d.Config.MaxDocumentBytes,
 	}
 	return env, func() { ledger.Close(); erp.Close() }, nil
+}
+
+// ledgerClient is the ledger over HTTP (CAIRN_LEDGER_URL), under its shared limit.
+func (d *Deps) ledgerClient(ctx context.Context) (*ledgerapi.Client, error) {
+	c := d.Config
+	lim, err := ratelimit.New(ctx, ratelimit.Config{JS: d.JS, Limit: c.LedgerLimit()})
+	if err != nil {
+		return nil, fmt.Errorf("CAIRN_LEDGER_RPS: %w", err)
+	}
+	api, err := ledgerapi.NewClient(ledgerapi.ClientConfig{URL: c.LedgerURL, CallTimeout: c.LedgerTimeout, Limiter: lim})
+	if err != nil {
+		return nil, settingError{fmt.Errorf("CAIRN_LEDGER_URL: %w", err)}
+	}
+	return api, nil
 }
 
 // openBooks opens the database dsn names, its errors naming the variable and never its
@@ -279,7 +300,7 @@ func (d *Deps) storeOf(name string) *kc.Store { return d.Store.As(d.signers[name
 // RunCompensator runs the compensator (undo) until ctx ends.
 func (d *Deps) RunCompensator(ctx context.Context, env *night.Env) error {
 	c, err := undo.New(undo.Config{
-		JS: d.JS, Store: d.storeOf("compensator"), Ledger: env.Ledger, ERP: env.ERP, Marks: d.Marks, Handovers: d.Handovers, Heartbeat: d.Config.Heartbeat,
+		JS: d.JS, Store: d.storeOf("compensator"), Ledger: env.Ledger, LedgerAPI: env.LedgerAPI, ERP: env.ERP, Marks: d.Marks, Handovers: d.Handovers, Heartbeat: d.Config.Heartbeat,
 		TakeoverGap: d.Config.TakeoverGap, Faults: d.Faults, Now: d.Now, Logger: d.Logger, RetryAttempts: d.Config.RetryAttempts,
 	})
 	if err != nil {
