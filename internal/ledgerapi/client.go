@@ -29,7 +29,21 @@ type ClientConfig struct {
 	// Limiter is the ledger's shared limit (CAIRN_LEDGER_RPS); every call waits for its
 	// slot, and a Retry-After the ledger answers holds it for every instance. Nil: none.
 	Limiter *ratelimit.Limiter
+	// Outage is how long a call waits for a ledger that does not answer, or answers a
+	// temporary failure, trying again with backoff (100ms doubling to 5s) before it
+	// returns the temporary error (default DefaultOutage; negative: no wait). The step's
+	// heartbeat holds its lease meanwhile, so a ledger restarted for maintenance costs
+	// the run a pause, not an attempt the loop guard counts.
+	Outage time.Duration
+	// After is the timer of those waits (default time.After); tests pass their own.
+	After func(time.Duration) <-chan time.Time
 }
+
+// DefaultOutage is the default of ClientConfig.Outage.
+const DefaultOutage = 2 * time.Minute
+
+// outagePolicy is the backoff of the calls tried again within ClientConfig.Outage.
+var outagePolicy = retry.Policy{First: 100 * time.Millisecond, Factor: 2, Max: 5 * time.Second, Jitter: 0.1}
 
 // Client is the ledger over HTTP: post-ledger and the compensator write through its
 // [Client.Ledger] as they would through the ledger database, with the same errors.
@@ -38,6 +52,7 @@ type Client struct {
 	write *httpidem.Client
 	read  *http.Client
 	lim   *ratelimit.Limiter
+	cfg   ClientConfig
 }
 
 // NewClient is a client of the API at c.URL.
@@ -52,12 +67,18 @@ func NewClient(c ClientConfig) (*Client, error) {
 	if c.CallTimeout == 0 {
 		c.CallTimeout = httpidem.DefaultCallTimeout
 	}
+	if c.Outage == 0 {
+		c.Outage = DefaultOutage
+	}
+	if c.After == nil {
+		c.After = time.After
+	}
 	base := strings.TrimRight(c.URL, "/")
 	wc, err := httpidem.NewClient(httpidem.ClientConfig{Transport: c.Transport, CallTimeout: c.CallTimeout, Limiter: c.Limiter})
 	if err != nil {
 		return nil, fmt.Errorf("ledgerapi client: %w", err)
 	}
-	return &Client{base: base, write: wc, lim: c.Limiter,
+	return &Client{base: base, write: wc, lim: c.Limiter, cfg: c,
 		read: &http.Client{Transport: c.Transport, Timeout: c.CallTimeout,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}, nil
 }
@@ -81,6 +102,10 @@ var _ books.Book = (*Book)(nil)
 
 // RaiseFence raises the ledger's fence of t's run to t (POST /v1/fences).
 func (b *Book) RaiseFence(ctx context.Context, t fence.Token) error {
+	return b.c.outlast(ctx, func() error { return b.raise(ctx, t) })
+}
+
+func (b *Book) raise(ctx context.Context, t fence.Token) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.prefix+"/fences", nil)
 	if err != nil {
 		return err
@@ -111,7 +136,15 @@ func (b *Book) Post(ctx context.Context, t fence.Token, e books.Entry) (bool, er
 // PostReceipt is Post with the receipt of the write, for its saga outcome. The body
 // leaves out the key (the Idempotency-Key header is it) and created_at (the server
 // stamps the row), so a retry at another time is the same payload.
-func (b *Book) PostReceipt(ctx context.Context, t fence.Token, e books.Entry) (bool, saga.Receipt, error) {
+func (b *Book) PostReceipt(ctx context.Context, t fence.Token, e books.Entry) (ins bool, rc saga.Receipt, err error) {
+	err = b.c.outlast(ctx, func() error {
+		ins, rc, err = b.post(ctx, t, e)
+		return err
+	})
+	return ins, rc, err
+}
+
+func (b *Book) post(ctx context.Context, t fence.Token, e books.Entry) (bool, saga.Receipt, error) {
 	in := fromBooks(e)
 	in.Key, in.CreatedAt = "", ""
 	body, err := json.Marshal(in)
@@ -169,7 +202,15 @@ func problemMark(p *httpidem.Problem) error {
 }
 
 // Get is the entry under key (GET /v1/entries/{key}).
-func (b *Book) Get(ctx context.Context, key string) (books.Entry, bool, error) {
+func (b *Book) Get(ctx context.Context, key string) (e books.Entry, found bool, err error) {
+	err = b.c.outlast(ctx, func() error {
+		e, found, err = b.get(ctx, key)
+		return err
+	})
+	return e, found, err
+}
+
+func (b *Book) get(ctx context.Context, key string) (books.Entry, bool, error) {
 	what := "reading ledger entry " + key
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.prefix+"/entries/"+url.PathEscape(key), nil)
 	if err != nil {
@@ -192,7 +233,15 @@ func (b *Book) Get(ctx context.Context, key string) (books.Entry, bool, error) {
 }
 
 // ListRun is every entry of the run, in key order (GET /v1/entries?run_id=RUN).
-func (b *Book) ListRun(ctx context.Context, runID string) ([]books.Entry, error) {
+func (b *Book) ListRun(ctx context.Context, runID string) (es []books.Entry, err error) {
+	err = b.c.outlast(ctx, func() error {
+		es, err = b.list(ctx, runID)
+		return err
+	})
+	return es, err
+}
+
+func (b *Book) list(ctx context.Context, runID string) ([]books.Entry, error) {
 	what := "listing the ledger entries of run " + runID
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.prefix+"/entries?run_id="+url.QueryEscape(runID), nil)
 	if err != nil {
@@ -226,6 +275,30 @@ func (b *Book) Reversal(ctx context.Context, key, createdAt string) (books.Entry
 		return books.Entry{}, fmt.Errorf("reversed key %q: %w", key, books.ErrNoOriginal)
 	}
 	return books.ReversalOf(e, createdAt)
+}
+
+// outlast calls fn until it returns anything but a temporary error, or the outage budget
+// from the first failure is spent; the last error is returned.
+func (c *Client) outlast(ctx context.Context, fn func() error) error {
+	var deadline time.Time
+	for n := 0; ; n++ {
+		err := fn()
+		if !retry.IsTemporary(err) || c.cfg.Outage < 0 || errors.Is(err, fence.ErrFenced) {
+			return err
+		}
+		if n == 0 {
+			deadline = time.Now().Add(c.cfg.Outage)
+		}
+		d := outagePolicy.Delay(n)
+		if time.Now().Add(d).After(deadline) {
+			return err
+		}
+		select {
+		case <-c.cfg.After(d):
+		case <-ctx.Done():
+			return err
+		}
+	}
 }
 
 // maxAnswer bounds the answer read: a run's list of entries included.

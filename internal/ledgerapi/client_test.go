@@ -294,7 +294,7 @@ func testClientServerDown(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	url := srv.URL
 	srv.Close()
-	c, err := ledgerapi.NewClient(ledgerapi.ClientConfig{URL: url})
+	c, err := ledgerapi.NewClient(ledgerapi.ClientConfig{URL: url, Outage: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
