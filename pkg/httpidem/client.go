@@ -45,7 +45,8 @@ type ClientConfig struct {
 	CallTimeout time.Duration
 	// Limiter is the system's shared limit (nil: none): every call, lookups included,
 	// waits for its slot. A Retry-After a write waits is held in it (Limiter.Hold), so
-	// that every instance sharing the limit waits it out, not only this one.
+	// that every instance sharing the limit waits it out, not only this one; a hold that
+	// fails (the bucket out of reach for the limiter's Unavailable) is waited on After.
 	Limiter *ratelimit.Limiter
 	// MaxRetryAfter is the longest Retry-After a write waits (default 1 min); a longer
 	// one returns ErrRateLimited with the wait, for the caller to delay the item.
@@ -155,8 +156,8 @@ type Receipt struct {
 // Write sends r and classes its answer (see [Error]): nil with the receipt for a 2xx,
 // otherwise an *Error. A 429 or 503 with a Retry-After up to MaxRetryAfter is waited out
 // (held in the Limiter for every instance, else on the After timer) and the write sent
-// again with the same key, up to RetryAfterTries times. An answer
-// lost after the request was sent is settled by a lookup before Write returns.
+// again with the same key, up to RetryAfterTries times. An answer lost after the request
+// was sent is settled by a lookup before Write returns.
 func (c *Client) Write(ctx context.Context, r Request) (Receipt, error) {
 	r.Method = cmpOr(r.Method, http.MethodPost)
 	if _, err := FormatKey(r.Key); err != nil {

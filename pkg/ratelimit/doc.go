@@ -12,8 +12,9 @@
 //
 // # The model
 //
-// The key holds the last booking (generic cell rate algorithm, and see Holds): until when the earlier
-// calls keep the limit busy (booked_until), and the interval and burst it was made under.
+// The key holds the last booking (generic cell rate algorithm; or a hold, see Holds):
+// until when the earlier calls keep the limit busy (booked_until), and the interval and
+// burst it was made under.
 // A caller reads the key, writes the next booking with Update on the revision it read (a
 // lost compare-and-set means another instance booked first: read again), then reads its own
 // entry back. The slot follows from the entry alone: the call joins the queue at
