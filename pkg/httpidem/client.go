@@ -44,16 +44,18 @@ type ClientConfig struct {
 	// the answer's body (default 30s).
 	CallTimeout time.Duration
 	// Limiter is the system's shared limit (nil: none): every call, lookups included,
-	// waits for its slot.
+	// waits for its slot. A Retry-After a write waits is held in it (Limiter.Hold), so
+	// that every instance sharing the limit waits it out, not only this one; a hold that
+	// fails (the bucket out of reach for the limiter's Unavailable) is waited on After.
 	Limiter *ratelimit.Limiter
-	// MaxRetryAfter is the longest Retry-After a write waits itself (default 1 min); a
-	// longer one returns ErrRateLimited with the wait, for the caller to delay the item.
+	// MaxRetryAfter is the longest Retry-After a write waits (default 1 min); a longer
+	// one returns ErrRateLimited with the wait, for the caller to delay the item.
 	MaxRetryAfter time.Duration
 	// RetryAfterTries is how many 429/503 answers with Retry-After a write waits out
 	// before it returns ErrRateLimited (default 3).
 	RetryAfterTries int
-	// After is the timer a Retry-After is waited with (default time.After); tests pass
-	// one that records the wait.
+	// After is the timer a Retry-After is waited with when there is no Limiter, or the
+	// Limiter did not hold it (default time.After); tests pass one that records the wait.
 	After func(time.Duration) <-chan time.Time
 	// ReferenceHeader names the answer header that holds the provider's reference id
 	// (default Location); when it is absent, ReferenceField of a JSON object body is
@@ -153,8 +155,9 @@ type Receipt struct {
 
 // Write sends r and classes its answer (see [Error]): nil with the receipt for a 2xx,
 // otherwise an *Error. A 429 or 503 with a Retry-After up to MaxRetryAfter is waited out
-// and the write sent again with the same key, up to RetryAfterTries times. An answer
-// lost after the request was sent is settled by a lookup before Write returns.
+// (held in the Limiter for every instance, else on the After timer) and the write sent
+// again with the same key, up to RetryAfterTries times. An answer lost after the request
+// was sent is settled by a lookup before Write returns.
 func (c *Client) Write(ctx context.Context, r Request) (Receipt, error) {
 	r.Method = cmpOr(r.Method, http.MethodPost)
 	if _, err := FormatKey(r.Key); err != nil {
@@ -173,6 +176,12 @@ func (c *Client) Write(ctx context.Context, r Request) (Receipt, error) {
 		rc, err := c.writeOnce(ctx, r, fp)
 		var e *Error
 		if errors.As(err, &e) && e.Class == ErrRateLimited && e.Wait > 0 && e.Wait <= c.cfg.MaxRetryAfter && try < c.cfg.RetryAfterTries+1 {
+			// Held in the shared limit, the wait is every instance's: the next call's
+			// Limiter.Wait waits it out, with the calls of the others. A hold refused (longer
+			// than ratelimit.MaxHold) or failed is this write's own wait.
+			if c.cfg.Limiter != nil && c.cfg.Limiter.Hold(ctx, e.Wait) == nil {
+				continue
+			}
 			select {
 			case <-c.cfg.After(e.Wait):
 				continue

@@ -2,6 +2,7 @@ package httpidem_test
 
 import (
 	"cmp"
+	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	_ "modernc.org/sqlite"
 
@@ -305,18 +307,17 @@ func tooMany(next http.Handler, n int64, status int, after string) http.Handler 
 	})
 }
 
-// (d) A 429 with Retry-After: 1 is waited out as told (through the client's timer),
-// then sent again through the shared limit, and done.
+// (d) A 429 with Retry-After: 1, to a client without a shared limit, is waited out as
+// told on the client's timer, then sent again, and done.
 func TestClientRetryAfterIsWaited(t *testing.T) {
 	for _, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
 		t.Run(http.StatusText(status), func(t *testing.T) {
 			a, h := newAPI(t)
 			srv := httptest.NewServer(tooMany(h, 1, status, "1"))
 			t.Cleanup(srv.Close)
-			lim := limiter(t, 50)
 			var mu sync.Mutex
 			var waits []time.Duration
-			cl := newClient(t, httpidem.ClientConfig{Limiter: lim, After: func(d time.Duration) <-chan time.Time {
+			cl := newClient(t, httpidem.ClientConfig{After: func(d time.Duration) <-chan time.Time {
 				mu.Lock()
 				waits = append(waits, d)
 				mu.Unlock()
@@ -332,9 +333,6 @@ func TestClientRetryAfterIsWaited(t *testing.T) {
 			defer mu.Unlock()
 			if len(waits) != 1 || waits[0] != time.Second {
 				t.Errorf("waited %v, want [1s]", waits)
-			}
-			if g := lim.Stats().Grants; g != 2 {
-				t.Errorf("the limit granted %d calls, want 2 (the refused one and its retry)", g)
 			}
 			if n := a.runs.Load(); n != 1 {
 				t.Errorf("handler ran %d times, want 1", n)
@@ -452,5 +450,255 @@ func TestClientInFlightAndServerErrors(t *testing.T) {
 	_, err = cl.Write(t.Context(), httpidem.Request{URL: boom.URL, Key: "k-500", Body: []byte("a")})
 	if !errors.Is(err, httpidem.ErrTemporary) || classOf(t, err).Status != http.StatusBadGateway {
 		t.Errorf("write: %v, want ErrTemporary (502)", err)
+	}
+}
+
+// limiters are n instances' limiters on one limit, each on its own connection to one
+// embedded NATS server.
+func limiters(t *testing.T, kv jetstream.KeyValueConfig, l ratelimit.Limit, c ratelimit.Config, n int) []*ratelimit.Limiter {
+	t.Helper()
+	js := natstest.JetStream(t)
+	if _, err := js.CreateKeyValue(t.Context(), kv); err != nil {
+		t.Fatal(err)
+	}
+	var lims []*ratelimit.Limiter
+	for range n {
+		nc, err := nats.Connect(js.Conn().ConnectedUrl())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		ijs, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.JS, c.Limit = ijs, l
+		lim, err := ratelimit.New(t.Context(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lims = append(lims, lim)
+	}
+	return lims
+}
+
+// arrivals records when each POST reached the server (by the test's clock), and answers
+// the n-th with status and Retry-After: after, before the middleware.
+type arrivals struct {
+	mu      sync.Mutex
+	at      []time.Time // every POST, the refused one included, in the order they came
+	refused time.Time   // when the refused one came
+}
+
+func refuseNth(next http.Handler, n int, status int, after string) (*arrivals, http.Handler) {
+	a := &arrivals{}
+	return a, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			next.ServeHTTP(w, r)
+			return
+		}
+		now := time.Now()
+		a.mu.Lock()
+		a.at = append(a.at, now)
+		refuse := len(a.at) == n
+		if refuse {
+			a.refused = now
+		}
+		a.mu.Unlock()
+		if refuse {
+			w.Header().Set("Retry-After", after)
+			httpidem.Problem{Title: "Slow down", Status: status}.Write(w)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// clockSlack: the limiter's slots are on the NATS server's wall clock, the arrivals on the
+// test's monotonic one; on one machine they drift apart by far less than this over a test.
+const clockSlack = 5 * time.Millisecond
+
+// ownTimer fails the test when a write waits a Retry-After on its own timer.
+func ownTimer(t *testing.T) func(time.Duration) <-chan time.Time {
+	return func(d time.Duration) <-chan time.Time {
+		t.Errorf("waited %s on the client's own timer, not in the shared limit", d)
+		return time.After(0)
+	}
+}
+
+// A 429 (or 503) with Retry-After: 1 to one instance holds every instance sharing its
+// limit: the other's next write, begun once the hold is written, reaches the server no
+// sooner than a second after the refusal, as does the refused write's retry; neither
+// waits on its own timer.
+func TestClientRetryAfterIsHeldForEveryInstance(t *testing.T) {
+	for _, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
+		t.Run(http.StatusText(status), func(t *testing.T) {
+			a, h := newAPI(t)
+			arr, h := refuseNth(h, 1, status, "1")
+			srv := httptest.NewServer(h)
+			t.Cleanup(srv.Close)
+			lims := limiters(t, jetstream.KeyValueConfig{Bucket: "cairn-limits"},
+				ratelimit.Limit{Bucket: "cairn-limits", Key: "api", PerSecond: 50}, ratelimit.Config{}, 2)
+			clA := newClient(t, httpidem.ClientConfig{Limiter: lims[0], After: ownTimer(t)})
+			clB := newClient(t, httpidem.ClientConfig{Limiter: lims[1], After: ownTimer(t)})
+			done := make(chan error, 1)
+			go func() {
+				_, err := clA.Write(context.Background(), httpidem.Request{URL: srv.URL + "/entries", Key: "k-a", Body: []byte("a")})
+				done <- err
+			}()
+			deadline := time.After(30 * time.Second)
+			for lims[0].Stats().Holds == 0 {
+				select {
+				case err := <-done:
+					t.Fatalf("the refused write returned before it held the limit: %v", err)
+				case <-deadline:
+					t.Fatal("the refused write did not hold the limit within 30s")
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+			if _, err := clB.Write(t.Context(), httpidem.Request{URL: srv.URL + "/entries", Key: "k-b", Body: []byte("b")}); err != nil {
+				t.Fatalf("the other instance's write: %v", err)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("the refused write: %v", err)
+			}
+			arr.mu.Lock()
+			defer arr.mu.Unlock()
+			if len(arr.at) != 3 {
+				t.Fatalf("%d POSTs reached the server, want 3 (the refused one, its retry, the other's)", len(arr.at))
+			}
+			for i, at := range arr.at[1:] {
+				if d := at.Sub(arr.refused); d < time.Second-clockSlack {
+					t.Errorf("POST %d reached the server %s after the refusal, before its Retry-After of 1s", i+2, d)
+				}
+			}
+			if s := lims[1].Stats(); s.Holds != 0 || s.Grants != 1 {
+				t.Errorf("the other instance's limiter %+v, want no hold and 1 grant", s)
+			}
+			if s := lims[0].Stats(); s.Holds != 1 || s.Grants != 2 {
+				t.Errorf("the refused instance's limiter %+v, want 1 hold and 2 grants", s)
+			}
+			if n := a.runs.Load(); n != 2 {
+				t.Errorf("handler ran %d times, want 2", n)
+			}
+		})
+	}
+}
+
+// Two instances write at the declared rate, and one write is refused with Retry-After: 1
+// on the way: the calls never come faster than the rate, counted from the first, and
+// after the refusal at most one (the other instance's, booked before the hold) comes
+// before the hold's end; from there on they come at the rate again.
+func TestClientRetryAfterWithinTheDeclaredRate(t *testing.T) {
+	a, h := newAPI(t)
+	arr, h := refuseNth(h, 3, http.StatusTooManyRequests, "1")
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	l := ratelimit.Limit{Bucket: "cairn-limits", Key: "api", PerSecond: 20}
+	lims := limiters(t, jetstream.KeyValueConfig{Bucket: "cairn-limits"}, l, ratelimit.Config{}, 2)
+	const each = 5
+	began := time.Now()
+	errs := make(chan error, len(lims))
+	for i, lim := range lims {
+		cl := newClient(t, httpidem.ClientConfig{Limiter: lim, After: ownTimer(t)})
+		go func() {
+			for j := range each {
+				if _, err := cl.Write(context.Background(), httpidem.Request{URL: srv.URL + "/entries",
+					Key: fmt.Sprintf("k-%d-%d", i, j), Body: []byte("a")}); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range lims {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	arr.mu.Lock()
+	defer arr.mu.Unlock()
+	if n := len(arr.at); n != 2*each+1 {
+		t.Fatalf("%d POSTs reached the server, want %d (each write, and the refused one)", n, 2*each+1)
+	}
+	// The slots are one interval apart from the first booking on (burst 1), and no call
+	// goes before its slot: the k-th call comes k-1 intervals after the writes began or
+	// later.
+	for k, at := range arr.at {
+		if min := time.Duration(k) * l.Interval(); at.Sub(began) < min-clockSlack {
+			t.Errorf("POST %d reached the server %s after the writes began, the rate allows it after %s", k+1, at.Sub(began), min)
+		}
+	}
+	// Every call booked after the hold has a slot at its end or later, an interval apart;
+	// of the calls booked before it, only the other instance's one in flight can come
+	// after the refusal.
+	var after []time.Time
+	for _, at := range arr.at {
+		if at.After(arr.refused) {
+			after = append(after, at)
+		}
+	}
+	for j := 1; j < len(after); j++ {
+		if min := time.Second + time.Duration(j-1)*l.Interval(); after[j].Sub(arr.refused) < min-clockSlack {
+			t.Errorf("call %d after the refusal came %s after it, the hold and the rate allow it after %s", j+1, after[j].Sub(arr.refused), min)
+		}
+	}
+	if holds := lims[0].Stats().Holds + lims[1].Stats().Holds; holds != 1 {
+		t.Errorf("%d holds, want 1", holds)
+	}
+	if n := a.runs.Load(); n != 2*each {
+		t.Errorf("handler ran %d times, want %d", n, 2*each)
+	}
+}
+
+// A Retry-After the limit does not hold is waited by the write alone, on its own timer:
+// one beyond ratelimit.MaxHold (refused with ErrHold), and one whose hold fails (here the
+// bucket takes no message larger than a booking's, and a hold's is larger).
+func TestClientRetryAfterHoldRefusedIsWaitedAlone(t *testing.T) {
+	// The longest booking here (its time to the nanosecond) and the compare-and-set's
+	// header, which the bucket's size counts: a hold's entry of 1s ("hold_ns":1000000000)
+	// is 11 bytes or more over them, whatever its booked_until.
+	const booking = `{"booked_until":"2026-12-02T14:35:11.648175883Z","interval_ns":20000000,"burst":1}` +
+		"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: 99\r\n\r\n"
+	for _, c := range []struct {
+		name, after string
+		wait        time.Duration
+		kv          jetstream.KeyValueConfig
+	}{
+		{"beyond MaxHold", "7200", 2 * time.Hour, jetstream.KeyValueConfig{Bucket: "cairn-limits"}},
+		{"a hold that fails", "1", time.Second, jetstream.KeyValueConfig{Bucket: "cairn-limits", MaxValueSize: int32(len(booking) + 5)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, h := newAPI(t)
+			_, h = refuseNth(h, 1, http.StatusTooManyRequests, c.after)
+			srv := httptest.NewServer(h)
+			t.Cleanup(srv.Close)
+			lim := limiters(t, c.kv, ratelimit.Limit{Bucket: "cairn-limits", Key: "api", PerSecond: 50},
+				ratelimit.Config{Unavailable: 200 * time.Millisecond}, 1)[0]
+			var mu sync.Mutex
+			var waits []time.Duration
+			cl := newClient(t, httpidem.ClientConfig{Limiter: lim, MaxRetryAfter: 3 * time.Hour, After: func(d time.Duration) <-chan time.Time {
+				mu.Lock()
+				waits = append(waits, d)
+				mu.Unlock()
+				return time.After(0)
+			}})
+			rc, err := cl.Write(t.Context(), httpidem.Request{URL: srv.URL + "/entries", Key: "k-slow", Body: []byte("a")})
+			if err != nil || rc.Status != http.StatusCreated {
+				t.Fatalf("write: %+v, %v", rc, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(waits) != 1 || waits[0] != c.wait {
+				t.Errorf("waited %v on the client's timer, want [%s]", waits, c.wait)
+			}
+			if s := lim.Stats(); s.Holds != 0 || s.Grants != 2 {
+				t.Errorf("limiter %+v, want no hold and 2 grants", s)
+			}
+			if n := a.runs.Load(); n != 1 {
+				t.Errorf("handler ran %d times, want 1", n)
+			}
+		})
 	}
 }

@@ -80,10 +80,12 @@
 //   - 409 of type TypeFenced: [ErrFenced], the caller is a zombie and stops;
 //     another 409: [ErrInFlight], retried later;
 //   - 422: [ErrKeyConflict], an *idempotency.ConflictError naming the key: hand over;
-//   - 429, or 503 with Retry-After: waited out as told (up to MaxRetryAfter, with the
-//     configured timer) and sent again through the shared limit; past that,
-//     [ErrRateLimited] with the wait. The wait is this client's alone: package
-//     ratelimit has no way to hand a server's Retry-After to the other instances;
+//   - 429, or 503 with Retry-After: waited out as told (up to MaxRetryAfter) and sent
+//     again through the shared limit; past that, [ErrRateLimited] with the wait. With a
+//     [ClientConfig.Limiter] the wait is held in the shared limit (ratelimit's
+//     Limiter.Hold), so that every instance sharing it waits the Retry-After out, the
+//     retry's own slot included; without one, or when the hold is refused (longer than
+//     ratelimit.MaxHold) or fails, the client waits alone on [ClientConfig.After];
 //   - other 5xx, refused or reset connections, timeouts: [ErrTemporary];
 //   - other 4xx (and 3xx, never followed): [ErrRejected] with the server's [Problem].
 //

@@ -12,8 +12,9 @@
 //
 // # The model
 //
-// The key holds the last booking (generic cell rate algorithm): until when the earlier
-// calls keep the limit busy (booked_until), and the interval and burst it was made under.
+// The key holds the last booking (generic cell rate algorithm; or a hold, see Holds):
+// until when the earlier calls keep the limit busy (booked_until), and the interval and
+// burst it was made under.
 // A caller reads the key, writes the next booking with Update on the revision it read (a
 // lost compare-and-set means another instance booked first: read again), then reads its own
 // entry back. The slot follows from the entry alone: the call joins the queue at
@@ -22,6 +23,22 @@
 // NATS server (the stream leader) when it stored the write, so every reader computes the
 // same slot, and consecutive slots are at least one interval apart after the burst: in any
 // window of length d the limit grants at most burst + d/interval calls ([Limit.MostIn]).
+//
+// # Holds
+//
+// [Limiter.Hold] passes on a server's Retry-After to every instance: it writes, with the
+// same compare-and-set as a booking, an entry that grants no call and holds the limit for
+// d (more than 0, at most [MaxHold], else [ErrHold]). Its end is the entry's timestamp
+// plus d, on the same server clock as the slots, so it never ends before the server's own
+// wait (the write follows the answer that asked for it). Every later entry carries the
+// end (hold_until) while it is ahead, and no slot is granted before it. The hold also
+// books the limit up to its end (booked_until), so the calls after it keep their
+// intervals from there: the burst at the end at most, then one an interval, and the
+// bound of [Limit.MostIn] still holds, as for slots booked and left unused. Both are
+// maxima: a hold never shortens a booking or a longer hold already written. Slots booked
+// before the hold keep their time; their calls may still meet the server's refusal and
+// hold again. Every instance must run a version that knows holds: an older one reads a
+// hold as a booking and drops its end.
 //
 // # Clocks
 //
@@ -51,5 +68,7 @@
 // # Cost
 //
 // Three round trips to the server per call (read, compare-and-set, read back), and one more
-// read and write each time another instance booked in between (BenchmarkWait).
+// read and write each time another instance booked in between (BenchmarkWait). A hold
+// takes two (read, compare-and-set); the bookings pay for holds only while one is ahead,
+// a few bytes more in their entries.
 package ratelimit

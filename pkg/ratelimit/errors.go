@@ -11,3 +11,6 @@ var ErrState = errors.New("the rate limit's state is unreadable")
 
 // ErrConfig: a limit or a limiter's configuration is invalid.
 var ErrConfig = errors.New("invalid rate limit")
+
+// ErrHold: a hold's duration is not more than 0 and at most MaxHold; nothing was held.
+var ErrHold = errors.New("invalid hold")
