@@ -57,9 +57,12 @@ type Config struct {
 	// The ledger over HTTP (services/ledger-api): post-ledger and the compensator write
 	// through it instead of CAIRN_LEDGER_DSN, under a shared limit of LedgerRPS calls a
 	// second.
-	LedgerURL      string        `envconfig:"LEDGER_URL"`
-	LedgerRPS      float64       `envconfig:"LEDGER_RPS" default:"200"`
-	LedgerTimeout  time.Duration `envconfig:"LEDGER_TIMEOUT" default:"30s"`
+	LedgerURL     string        `envconfig:"LEDGER_URL"`
+	LedgerRPS     float64       `envconfig:"LEDGER_RPS" default:"200"`
+	LedgerTimeout time.Duration `envconfig:"LEDGER_TIMEOUT" default:"30s"`
+	// LedgerOutage is how long a call waits for a ledger that does not answer, within
+	// the step's attempt, before the attempt fails (ledgerapi.ClientConfig.Outage).
+	LedgerOutage   time.Duration `envconfig:"LEDGER_OUTAGE" default:"2m"`
 	NotifyEmail    string        `envconfig:"NOTIFY_EMAIL"`
 	NotifyWebhook  string        `envconfig:"NOTIFY_WEBHOOK"`
 	NotifySecret   Secret        `envconfig:"NOTIFY_SECRET"`
@@ -143,7 +146,8 @@ func (c Config) Validate() error {
 	}{{"CAIRN_HEARTBEAT", c.Heartbeat}, {"CAIRN_LEASE", c.Lease}, {"CAIRN_ACK_WAIT", c.AckWait},
 		{"CAIRN_STALL_TIMEOUT", c.StallTimeout}, {"CAIRN_OUTBOX_STALL", c.OutboxStall}, {"CAIRN_OUTBOX_BACKOFF", c.OutboxBackoff},
 		{"CAIRN_STOP_GRACE", c.StopGrace}, {"CAIRN_TAKEOVER_GAP", c.TakeoverGap}, {"CAIRN_APPROVAL_TIMEOUT", c.ApprovalTimeout},
-		{"CAIRN_MODEL_TIMEOUT", c.ModelTimeout}, {"CAIRN_LEDGER_TIMEOUT", c.LedgerTimeout}} {
+		{"CAIRN_MODEL_TIMEOUT", c.ModelTimeout}, {"CAIRN_LEDGER_TIMEOUT", c.LedgerTimeout},
+		{"CAIRN_LEDGER_OUTAGE", c.LedgerOutage}} {
 		if d.v <= 0 || d.v > maxSetting {
 			bad("%s must be positive and at most %s, not %s", d.name, maxSetting, d.v)
 		}

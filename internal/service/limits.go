@@ -44,3 +44,13 @@ func limitMetrics(m *metrics.Metrics, lim *ratelimit.Limiter) {
 	m.CounterFunc("cairn_model_limit_unreachable_total", "Reads or writes of cairn-limits that failed; no call goes without a booking.",
 		func() float64 { return float64(lim.Stats().Unreachable) })
 }
+
+// ledgerLimitMetrics counts the grants, waits and holds of the ledger API's limit.
+func ledgerLimitMetrics(m *metrics.Metrics, lim *ratelimit.Limiter) {
+	m.CounterFunc("cairn_ledger_limit_grants_total", "Ledger API calls granted by the shared CAIRN_LEDGER_RPS limit.",
+		func() float64 { return float64(lim.Stats().Grants) })
+	m.CounterFunc("cairn_ledger_limit_wait_seconds_total", "Time ledger API calls waited for the shared CAIRN_LEDGER_RPS limit, holds included.",
+		func() float64 { return lim.Stats().Waited.Seconds() })
+	m.CounterFunc("cairn_ledger_limit_holds_total", "Retry-After answers of the ledger API held in the shared limit, for every instance.",
+		func() float64 { return float64(lim.Stats().Holds) })
+}

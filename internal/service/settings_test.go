@@ -55,6 +55,7 @@ func TestSettingsRefuseNaNAndOutOfRange(t *testing.T) {
 		{"CAIRN_LEDGER_RPS", "0"},
 		{"CAIRN_LEDGER_RPS", "NaN"},
 		{"CAIRN_LEDGER_TIMEOUT", "0s"},
+		{"CAIRN_LEDGER_OUTAGE", "-1s"},
 	}
 	for _, c := range cases {
 		t.Run(c.variable+"="+c.value, func(t *testing.T) {

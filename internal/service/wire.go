@@ -238,7 +238,8 @@ func (d *Deps) ledgerClient(ctx context.Context) (*ledgerapi.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("CAIRN_LEDGER_RPS: %w", err)
 	}
-	api, err := ledgerapi.NewClient(ledgerapi.ClientConfig{URL: c.LedgerURL, CallTimeout: c.LedgerTimeout, Limiter: lim})
+	ledgerLimitMetrics(d.Metrics, lim)
+	api, err := ledgerapi.NewClient(ledgerapi.ClientConfig{URL: c.LedgerURL, CallTimeout: c.LedgerTimeout, Limiter: lim, Outage: c.LedgerOutage})
 	if err != nil {
 		return nil, settingError{fmt.Errorf("CAIRN_LEDGER_URL: %w", err)}
 	}
