@@ -94,6 +94,7 @@ type night struct {
 	dev   *devproc.Proc
 	logs  int
 	js    jetstream.JetStream
+	env   []string // every process of the night gets it (overHTTP: CAIRN_LEDGER_URL)
 }
 
 func newNight(t *testing.T, unreadable int) *night {
@@ -127,7 +128,7 @@ func (n *night) start(env ...string) {
 	n.t.Helper()
 	n.logs++
 	p, err := devproc.Start(cairnBin, append(os.Environ(), append([]string{"CAIRN_DATA_DIR=" + n.dir, "CAIRN_NATS_URL=" + n.url,
-		"CAIRN_HEARTBEAT=1s", "CAIRN_LEASE=5s", "CAIRN_ACK_WAIT=10s"}, env...)...),
+		"CAIRN_HEARTBEAT=1s", "CAIRN_LEASE=5s", "CAIRN_ACK_WAIT=10s"}, append(slices.Clone(n.env), env...)...)...),
 		filepath.Join(n.dir, fmt.Sprintf("dev-%d.log", n.logs)), time.Minute)
 	if err != nil {
 		n.t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -88,7 +89,7 @@ func newProcsNight(t *testing.T) *procsNight {
 // env is the environment every process gets, then extra (a later setting wins).
 func (h *procsNight) env(extra ...string) []string {
 	return append(append(os.Environ(), "CAIRN_NATS_URL="+h.url, "CAIRN_DATA_DIR="+h.dir, "CAIRN_HEARTBEAT=1s",
-		"CAIRN_LEASE=5s", "CAIRN_ACK_WAIT=10s", "CAIRN_TAKEOVER_GAP=300ms"), extra...)
+		"CAIRN_LEASE=5s", "CAIRN_ACK_WAIT=10s", "CAIRN_TAKEOVER_GAP=300ms"), append(slices.Clone(h.night.env), extra...)...)
 }
 
 // startServer starts the embedded nats-server on the night's port and storage.

@@ -274,7 +274,10 @@ func upTo(n int) []int {
 
 // runMatrix runs one crash night per fault, two at a time, and compares each with the
 // uninterrupted night.
-func runMatrix(t *testing.T, want nightOutcome, list []string) {
+func runMatrix(t *testing.T, want nightOutcome, list []string) { runMatrixOf(t, want, list, nil) }
+
+// runMatrixOf is runMatrix with setup run on each night before its first start (nil: none).
+func runMatrixOf(t *testing.T, want nightOutcome, list []string, setup func(*night)) {
 	t.Helper()
 	for _, fault := range list {
 		t.Run(fault, func(t *testing.T) {
@@ -282,6 +285,9 @@ func runMatrix(t *testing.T, want nightOutcome, list []string) {
 			takeNightSlot(t)
 			began := time.Now()
 			n := newLoggedNight(t)
+			if setup != nil {
+				setup(n)
+			}
 			got := n.crashAndRestart(fault)
 			w := want
 			if fault == job.Fetch+"."+faults.BeforeCommit+"=exit@once" {

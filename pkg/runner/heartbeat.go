@@ -34,6 +34,20 @@ func (r *Runner) runWithHeartbeat(ctx context.Context, m jetstream.Msg, a *Attem
 	return res, outs, err
 }
 
+// beating runs fn, work of a leased attempt before Run, under the heartbeat; a lease lost
+// meanwhile is its error, as in runWithHeartbeat.
+func (r *Runner) beating(ctx context.Context, m jetstream.Msg, a *Attempt, h *kc.Holder, fn func(context.Context) error) error {
+	bctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	hb := r.startHeartbeat(bctx, cancel, m, a, h)
+	err := fn(bctx)
+	hb.stop()
+	if cause := context.Cause(bctx); err != nil && errors.Is(cause, kc.ErrFenced) {
+		err = cause
+	}
+	return err
+}
+
 // saveAndVerify stores the step's outputs, then hands Verify the result: the step checks
 // what its commit will point at (the bytes the store took, under their digest; the next step
 // that reads them checks that digest again), after it is stored. A difference is ErrVerify,

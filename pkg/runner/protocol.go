@@ -146,16 +146,25 @@ func (r *Runner) hold(ctx context.Context, m jetstream.Msg, a *Attempt, h *kc.Ho
 	if err := r.checkDrift(ctx, a, cur); err != nil {
 		return r.fail(ctx, a, h, err)
 	}
-	if a.Restart {
-		if err := r.guardRestart(ctx, a, h); err != nil {
-			return r.fail(ctx, a, h, err)
+	// The restart's loop guard reads the step's outside systems and the fences write
+	// them: either may wait for a system that is slow or down for a while (a ledger API
+	// restarted), so the heartbeat keeps the lease and the message meanwhile, as in Run.
+	err := r.beating(ctx, m, a, h, func(ctx context.Context) error {
+		if a.Restart {
+			if err := r.guardRestart(ctx, a, h); err != nil {
+				return err
+			}
 		}
-	}
-	// 5. Fences first.
-	if f, ok := r.cfg.Step.(Fencer); ok && r.def.Fenced {
-		if err := f.RaiseFences(ctx, a, a.Token); err != nil {
-			return r.fail(ctx, a, h, fmt.Errorf("raising fences: %w", err))
+		// 5. Fences first.
+		if f, ok := r.cfg.Step.(Fencer); ok && r.def.Fenced {
+			if err := f.RaiseFences(ctx, a, a.Token); err != nil {
+				return fmt.Errorf("raising fences: %w", err)
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return r.fail(ctx, a, h, err)
 	}
 	if r.cfg.Approval {
 		if settle, wait := r.approvalGate(ctx, a, h); wait {
