@@ -47,6 +47,7 @@ test-short:
 
 vet:
 	$(GO) vet ./...
+	@$(GO) mod tidy -diff || { echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1; }
 	@test -z "$$(gofmt -l cmd internal pkg services e2e)" || { echo "gofmt needed:"; gofmt -l cmd internal pkg services e2e; exit 1; }
 
 # Issue 8's measurements at WORKLOAD.md's sizes, on a build without -race, the big night
