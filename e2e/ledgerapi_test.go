@@ -42,7 +42,8 @@ func startLedgerAPI(t *testing.T, addr string, env ...string) *ledgerAPI {
 	}
 	log := filepath.Join(t.TempDir(), "ledger-api.log")
 	env = append(append(os.Environ(), "CAIRN_LEDGER_API_ADDR="+addr, "CAIRN_METRICS_ADDR="+metrics), env...)
-	p, err := devproc.StartArgs(filepath.Join(binDir, "ledger-api"), nil, env, log, time.Minute)
+	bin, args := serviceCmd("ledger-api")
+	p, err := devproc.StartArgs(bin, args, env, log, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +243,8 @@ func TestLedgerAPIBadAddr(t *testing.T) {
 		t.Run(addr, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, filepath.Join(binDir, "ledger-api"))
+			bin, args := serviceCmd("ledger-api")
+			cmd := exec.CommandContext(ctx, bin, args...)
 			cmd.Env = append(os.Environ(), "CAIRN_LEDGER_API_ADDR="+addr, "CAIRN_DATA_DIR="+t.TempDir())
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr

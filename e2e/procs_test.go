@@ -31,8 +31,10 @@ import (
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
 
-// binDir holds the cairn binary and every service's binary, built by TestMain.
-var binDir string
+// serviceCmd is the command line of one service: the cairn binary TestMain built runs every
+// service as its own binary under services/ does (`cairn service NAME`), so the tests link
+// one race binary, not one per service.
+func serviceCmd(name string) (string, []string) { return cairnBin, []string{"service", name} }
 
 // procsNight is a night whose services each run as their own OS process, against a
 // nats-server embedded in the test process that the test can stop and start again on the
@@ -163,7 +165,8 @@ func (h *procsNight) start(name string, env []string) (*devproc.Proc, error) {
 	h.count[name]++
 	log := filepath.Join(h.dir, fmt.Sprintf("%s-%d.log", name, h.count[name]))
 	h.mu.Unlock()
-	p, err := devproc.StartArgs(filepath.Join(binDir, name), nil, h.env(append([]string{"CAIRN_METRICS_ADDR=" + addr}, env...)...), log, time.Minute)
+	bin, args := serviceCmd(name)
+	p, err := devproc.StartArgs(bin, args, h.env(append([]string{"CAIRN_METRICS_ADDR=" + addr}, env...)...), log, time.Minute)
 	if err != nil {
 		return nil, err
 	}

@@ -47,7 +47,8 @@ func TestServiceWithABadDSNIsNeverReady(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, filepath.Join(binDir, tc.service))
+			bin, args := serviceCmd(tc.service)
+			cmd := exec.CommandContext(ctx, bin, args...)
 			cmd.Env = h.env(tc.variable + "=" + tc.dsn)
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr

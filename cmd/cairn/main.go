@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/cairnhq/cairn/internal/service"
@@ -41,6 +43,7 @@ commands:
   bench     measure: transitions (with the raw JetStream floor), night, resume, many; "all" runs them at WORKLOAD.md's sizes into bench/results/
   ready     ask a service's /readyz on CAIRN_METRICS_ADDR: exit 0 when ready (a container's health check)
   demo      run the reference night with a real crash at entry 24 of post-ledger, and resume it
+  service   run one service, as its own binary under services/ does: cairn service NAME
 
 Settings come from CAIRN_* environment variables (see README.md).
 Run 'cairn <command> -h' for a command's flags.`
@@ -59,7 +62,7 @@ func main() {
 		"init": cmdInit, "dev": cmdDev, "gen": cmdGen, "start": cmdStart, "status": cmdStatus, "demo": cmdDemo,
 		"handovers": cmdHandovers, "resume": cmdResume, "cancel": cmdCancel, "rerun": cmdRerun, "undo": cmdUndo, "faultmap": cmdFaultmap,
 		"runs": cmdRuns, "timeline": cmdTimeline, "approve": cmdApprove, "approver": cmdApprover, "reject": cmdReject, "diff": cmdDiff, "fences": cmdFences, "chaos": cmdChaos, "bench": cmdBench,
-		"ready": cmdReady, "seeds": cmdSeeds,
+		"ready": cmdReady, "seeds": cmdSeeds, "service": cmdService,
 	}
 	name := os.Args[1]
 	if name == "-h" || name == "--help" || name == "help" {
@@ -86,6 +89,21 @@ func main() {
 		fmt.Fprintf(os.Stderr, "cairn %s: %v\n", name, err)
 		os.Exit(1)
 	}
+}
+
+// cmdService runs one service in this binary, as services/NAME's one-line main does: one
+// build serves every service (the e2e tests link one race binary, not thirteen).
+func cmdService(_ context.Context, args []string) error {
+	names := append(service.Services(), "ledger-api")
+	if len(args) != 1 || !slices.Contains(names, args[0]) {
+		return fmt.Errorf("%w: cairn service NAME, NAME one of %s", errUsage, strings.Join(names, ", "))
+	}
+	if args[0] == "ledger-api" {
+		service.LedgerAPIMain()
+	} else {
+		service.Main(args[0])
+	}
+	return nil
 }
 
 // exitCode carries a specific exit code (a run handed over: 3).
