@@ -20,7 +20,7 @@ import (
 // wide is an eight-step pipeline, every step leased but the third, as many steps as the night.
 var wide = pipeline.Definition{Name: "wide", Steps: []pipeline.Step{
 	{Name: "fetch", Kind: pipeline.SourceRead, Leased: true},
-	{Name: "extract", Kind: pipeline.ModelCall, Leased: true},
+	{Name: "extract", Kind: pipeline.ModelCall, Leased: true, Memo: "the test's memo"},
 	{Name: "match", Kind: pipeline.Compute},
 	{Name: "compare", Kind: pipeline.SnapshotRead, Leased: true},
 	{Name: "post-ledger", Kind: pipeline.BusinessWrite, Leased: true},

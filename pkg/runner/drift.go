@@ -29,19 +29,6 @@ import (
 // counts a break and checks: the check owed by a break is never lost on the way to the
 // first step that writes.
 
-// checksSourceAgrees checks that the pipeline's definition of the step (ChecksSource) and
-// its implementation (a SourceChecker) agree, so that `cairn faultmap` prints what runs.
-func checksSourceAgrees(c Config) error {
-	def, ok := c.Pipeline.Step(c.StepName)
-	if !ok || c.Step == nil {
-		return nil
-	}
-	if _, checks := c.Step.(SourceChecker); checks != def.ChecksSource {
-		return fmt.Errorf("step %q: its definition says it checks the source %t, its implementation %t (a SourceChecker)", c.StepName, def.ChecksSource, checks)
-	}
-	return nil
-}
-
 // driftState is what an attempt knows of the drift rule.
 type driftState struct {
 	continued bool // it starts, unchanged, from the vouched commit that scheduled it

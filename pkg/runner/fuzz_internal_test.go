@@ -13,6 +13,7 @@ import (
 	"github.com/cairnhq/cairn/internal/natstest"
 	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/fence"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 )
@@ -20,18 +21,23 @@ import (
 // fuzzNight has the reference night's step names (internal/night imports this package).
 var fuzzNight = pipeline.Definition{Name: "night", Steps: []pipeline.Step{
 	{Name: "fetch", Kind: pipeline.SourceRead, Leased: true},
-	{Name: "extract", Kind: pipeline.ModelCall, Leased: true, Effects: "model call"},
+	{Name: "extract", Kind: pipeline.ModelCall, Leased: true, Effects: "model call", Memo: "cairn-memo"},
 	{Name: "match", Kind: pipeline.Compute},
 	{Name: "compare", Kind: pipeline.SnapshotRead, Leased: true},
-	{Name: "post-ledger", Kind: pipeline.BusinessWrite, Leased: true, Fenced: true, Effects: "ledger rows"},
-	{Name: "update-stock", Kind: pipeline.BusinessWrite, Leased: true, Fenced: true, Effects: "stock adjustments"},
-	{Name: "debit-notes", Kind: pipeline.OutsideMessage, Leased: true, Irreversible: true, Effects: "mail"},
-	{Name: "report", Kind: pipeline.OutsideMessage, Leased: true, Irreversible: true, Effects: "mail"},
+	{Name: "post-ledger", Kind: pipeline.BusinessWrite, Leased: true, Fenced: true, Effects: "ledger rows", Key: "<run>:<item>"},
+	{Name: "update-stock", Kind: pipeline.BusinessWrite, Leased: true, Fenced: true, Effects: "stock adjustments", Key: "<run>:<item>"},
+	{Name: "debit-notes", Kind: pipeline.OutsideMessage, Leased: true, Irreversible: true, Effects: "mail", Key: "<run>:<item>"},
+	{Name: "report", Kind: pipeline.OutsideMessage, Leased: true, Irreversible: true, Effects: "mail", Key: "<run>:<item>"},
 }}
 
 const fuzzRunID = "run-2026-10-13-ldh"
 
 type fuzzStep struct{}
+
+// fuzzFencedStep is fuzzStep for a step declared fenced: its fences are nothing to raise.
+type fuzzFencedStep struct{ fuzzStep }
+
+func (fuzzFencedStep) RaiseFences(context.Context, *Attempt, fence.Token) error { return nil }
 
 func (fuzzStep) Run(context.Context, *Attempt) (*Result, error) {
 	return &Result{Output: json.RawMessage(`{"ok":true}`), Items: 1}, nil
@@ -96,9 +102,14 @@ func FuzzRunnerProtocol(f *testing.F) {
 	}
 	runners := map[string]*Runner{}
 	consumers := map[string]jetstream.Consumer{}
-	for _, name := range fuzzNight.Names() {
+	for _, def := range fuzzNight.Steps {
+		name := def.Name
+		var step Step = fuzzStep{}
+		if def.Fenced {
+			step = fuzzFencedStep{}
+		}
 		r, err := New(Config{
-			JS: js, Store: store, Artifacts: art, Handovers: notes, Pipeline: fuzzNight, StepName: name, Step: fuzzStep{},
+			JS: js, Store: store, Artifacts: art, Handovers: notes, Pipeline: fuzzNight, StepName: name, Step: step,
 			Heartbeat: 100 * time.Millisecond, Lease: 300 * time.Millisecond, TakeoverGap: 10 * time.Millisecond, LoopGuard: 2,
 		})
 		if err != nil {

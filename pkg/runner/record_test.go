@@ -18,7 +18,7 @@ import (
 
 // writing is toy with a first step that writes outside (ledger rows).
 var writing = pipeline.Definition{Name: "toy", Steps: []pipeline.Step{
-	{Name: "one", Kind: pipeline.BusinessWrite, Leased: true, Effects: "ledger rows"},
+	{Name: "one", Kind: pipeline.BusinessWrite, Leased: true, Effects: "ledger rows", Key: "the row's key"},
 	toy.Steps[1], toy.Steps[2],
 }}
 

@@ -117,7 +117,7 @@ func (c Config) validate() error {
 	if _, ok := c.Step.(Planner); c.Approval && !ok {
 		errs = append(errs, fmt.Errorf("step %q cannot wait for approval: it cannot plan", c.StepName))
 	}
-	if err := checksSourceAgrees(c); err != nil {
+	if err := declarationsAgree(c); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Concurrency < 1 || c.Concurrency > maxConcurrency {
