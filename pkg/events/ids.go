@@ -7,8 +7,8 @@ import (
 	"unicode"
 )
 
-// MaxIDLen is the longest run id, step name, warehouse code, supplier id or
-// invoice number accepted by [ValidID].
+// MaxIDLen is the longest run id, step name or other id of a command (a
+// pipeline's own ids among them) accepted by [ValidID].
 const MaxIDLen = 64
 
 // ValidID reports whether value may be used as an id: 1 to 64 characters
@@ -65,8 +65,8 @@ func AuditStepID(runID, step, event string, rev uint64) string {
 	return runID + ":" + step + ":" + event + ":" + strconv.FormatUint(rev, 10)
 }
 
-// AuditItemID is the id of an audit event about one item of a step (an
-// invoice, a key): <run_id>:<step>:<event>:<token>:<item>:<try>, try being
+// AuditItemID is the id of an audit event about one item of a step (a
+// document, a key): <run_id>:<step>:<event>:<token>:<item>:<try>, try being
 // the in-process retry number.
 func AuditItemID(runID, step, event string, token uint64, item string, try int) string {
 	return runID + ":" + step + ":" + event + ":" + strconv.FormatUint(token, 10) + ":" + item + ":" + strconv.Itoa(try)

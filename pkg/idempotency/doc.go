@@ -4,7 +4,7 @@
 // # The model
 //
 // Every outside effect of a run is written under an idempotency key built from ids only
-// (a ledger row, a stock adjustment, an outbox message, a memoised model answer, an
+// (a row of a business system, an HTTP write, an outbox message, a memoised model answer, an
 // artifact's content-addressed name). Writing a key again with the same payload is a
 // harmless repeat: that is what makes a restart safe. Writing it with another payload means
 // the attempt that wrote it first and the one writing now disagree about what the key

@@ -7,7 +7,7 @@
 // CloudEvent on cairn.outbox.<run_id>.<kind> in the CAIRN_OUTBOX stream, whose
 // Nats-Msg-Id is the message's idempotency key, so a step that repeats its queueing
 // after a crash queues nothing new. Keys are built from ids only
-// (<run_id>:debit:<supplier_id>, <run_id>:report, ...), never from time or attempts.
+// (<run_id>:report, <run_id>:notice:<id>, ...), never from time or attempts.
 //
 // A [Sender] consumes the stream (durable outbox-sender) and hands each message to a
 // [Transport]: [FileTransport] writes <hex sha256 of key>.eml files, [SMTPTransport]

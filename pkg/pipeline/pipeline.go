@@ -35,13 +35,13 @@ type Step struct {
 	Recovery     string // the recovery rule, in a sentence
 
 	// Checkpoint is what the step's commit saves, so that a restart after it does not
-	// redo it ("the stock snapshot and the adjustments"); empty: nothing is saved.
+	// redo it ("the snapshot and the totals"); empty: nothing is saved.
 	Checkpoint string
-	// Effects are what the step does outside Cairn ("ledger rows", "mail", "model call");
+	// Effects are what the step does outside Cairn ("rows of the accounts", "mail", "model call");
 	// empty: nothing (reads and Cairn's own buckets and streams do not count).
 	Effects string
 	// Key is how its outside writes are made safe to repeat: the idempotency key and who
-	// enforces it ("<run>:<invoice>:<line>:<kind>, the ledger's primary key; fenced");
+	// enforces it ("<run>:<record>, the table's primary key; fenced");
 	// empty: no key. A model call takes no key: Memo stands in for it. Whoever enforces a
 	// key takes the same payload again as a harmless repeat and refuses another with
 	// idempotency.ErrConflict, which hands the run over.

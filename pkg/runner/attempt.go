@@ -135,7 +135,7 @@ func SagaTrust(store *kvcheckpoint.Store) *saga.Trust {
 	return nil
 }
 
-// Audit records an event about one item (an invoice, a key) on the timeline, asynchronously;
+// Audit records an event about one item (a document, a key) on the timeline, asynchronously;
 // it is stored before the step's message is acknowledged. try is the in-process retry number.
 func (a *Attempt) Audit(event, item string, try int, attrs map[string]string) {
 	id := events.AuditItemID(a.RunID, a.Step, event, a.Token.Value, item, try)

@@ -94,7 +94,7 @@ type HandoverNote struct {
 
 // HandoverDone says what the run had done when it stopped.
 type HandoverDone struct {
-	Keys     int        `json:"keys"`     // keys written that stand (ledger rows, stock adjustments)
+	Keys     int        `json:"keys"`     // keys written that stand (rows of the outside systems)
 	Messages int        `json:"messages"` // messages queued
 	Steps    []StepDone `json:"steps"`    // by step (steps that did nothing left out), the stopped step read back
 }

@@ -147,7 +147,7 @@ func (r *Runner) hold(ctx context.Context, m jetstream.Msg, a *Attempt, h *kc.Ho
 		return r.fail(ctx, a, h, err)
 	}
 	// The restart's loop guard reads the step's outside systems and the fences write
-	// them: either may wait for a system that is slow or down for a while (a ledger API
+	// them: either may wait for a system that is slow or down for a while (an HTTP API
 	// restarted), so the heartbeat keeps the lease and the message meanwhile, as in Run.
 	err := r.beating(ctx, m, a, h, func(ctx context.Context) error {
 		if a.Restart {
