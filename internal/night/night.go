@@ -88,6 +88,13 @@ var Pipeline = pipeline.Definition{
 	},
 }
 
+// The night's outside systems, as its saga records name them (saga.Reverse.System); its
+// messages are saga.Mail.
+const (
+	SystemLedger = "ledger"
+	SystemStock  = "stock"
+)
+
 // Env is what the night's steps work with.
 type Env struct {
 	InboxDir string

@@ -112,7 +112,7 @@ func ledgerEffects(es []books.Entry) []effect {
 		out[i] = effect{key: e.Key, supplier: e.SupplierID, payload: e}
 		if e.Reverses == "" {
 			rev := ledgerOps.reversal(e)
-			out[i].reverse = reverseWith(saga.Ledger, rev, rev.Key)
+			out[i].reverse = reverseWith(SystemLedger, rev, rev.Key)
 		}
 	}
 	return out
@@ -124,7 +124,7 @@ func stockEffects(as []books.Adjustment) []effect {
 		out[i] = effect{key: x.Key, supplier: x.SupplierID, payload: x}
 		if x.Reverses == "" {
 			rev := stockOps.reversal(x)
-			out[i].reverse = reverseWith(saga.Stock, rev, rev.Key)
+			out[i].reverse = reverseWith(SystemStock, rev, rev.Key)
 		}
 	}
 	return out

@@ -22,6 +22,7 @@ import (
 
 	"github.com/cairnhq/cairn/internal/books"
 	"github.com/cairnhq/cairn/internal/ledgerapi"
+	"github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/audit"
 	"github.com/cairnhq/cairn/pkg/consume"
@@ -352,7 +353,7 @@ func (c *Compensator) apply(ctx context.Context, ledger books.Book, stock *books
 	r := e.Intent.Reverse
 	stamp := c.cfg.Now().UTC().Format(time.RFC3339Nano)
 	switch r.System {
-	case saga.Ledger:
+	case night.SystemLedger:
 		// The reversal is the negation of the row the ledger holds under the effect's key,
 		// never what the intent says it should be.
 		rev, err := ledger.Reversal(ctx, e.Intent.Key, stamp)
@@ -363,7 +364,7 @@ func (c *Compensator) apply(ctx context.Context, ledger books.Book, stock *books
 			return false, err
 		}
 		return ledger.Post(ctx, t, rev)
-	case saga.Stock:
+	case night.SystemStock:
 		var asked books.Adjustment
 		if err := json.Unmarshal(r.Payload, &asked); err != nil {
 			return false, err

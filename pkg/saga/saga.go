@@ -34,12 +34,10 @@ const (
 	Outcome = "outcome"
 )
 
-// Systems an effect lives in.
-const (
-	Ledger = "ledger"
-	Stock  = "stock"
-	Mail   = "mail"
-)
+// Mail is the system of an effect that is a message through the outbox (package outbox);
+// a pipeline names its other systems itself (Reverse.System), and its compensator knows
+// how to reverse what each holds.
+const Mail = "mail"
 
 // Reverse says how to reverse an effect: the write to make in System, under Key.
 type Reverse struct {
