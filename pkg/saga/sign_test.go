@@ -40,7 +40,7 @@ func TestSignedRecords(t *testing.T) {
 	pl, match, impostor := signer(t, "post-ledger"), signer(t, "match"), signer(t, "post-ledger")
 	rec := func(key, phase string) saga.Record {
 		return saga.Record{Key: key, RunID: "run-1", Step: "post-ledger", Phase: phase, Payload: []byte(`{}`),
-			Reverse: &saga.Reverse{System: saga.Ledger, Key: key + ":rev", Payload: []byte(`{}`)}}
+			Reverse: &saga.Reverse{System: "accounts", Key: key + ":rev", Payload: []byte(`{}`)}}
 	}
 	publish := func(r saga.Record, sg *identity.Signer) {
 		t.Helper()
