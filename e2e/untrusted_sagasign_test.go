@@ -140,11 +140,11 @@ func TestUntrustedSagaAndOutboxSigned(t *testing.T) {
 		}
 		forgedRev, _ := json.Marshal(map[string]any{"Key": victim + ":forged", "RunID": runID, "AmountPaise": -987_654_321, "Reverses": victim})
 		byMatch := saga.Record{Key: runID + ":INV-FORGED:1:price", RunID: runID, Step: job.PostLedger, Token: 1 << 40, Phase: saga.Intent,
-			SupplierID: supplier, Payload: json.RawMessage(`{}`), Reverse: &saga.Reverse{System: job.SystemLedger, Key: victim + ":forged", Payload: forgedRev}}
+			Attrs: map[string]string{job.AttrSupplier: supplier}, Payload: json.RawMessage(`{}`), Reverse: &saga.Reverse{System: job.SystemLedger, Key: victim + ":forged", Payload: forgedRev}}
 		mailKey := runID + ":debit:" + supplier + ":never-sent"
 		withdraw, _ := json.Marshal(outbox.Message{Key: mailKey + ":withdraw", RunID: runID, Kind: "withdraw", Step: job.DebitNotes,
 			From: "cairn@cairn.local", To: []string{job.SupplierAddress(supplier)}, Subject: "Withdrawn", Body: "x\n", QueuedAt: time.Now().UTC()})
-		unsigned := saga.Record{Key: mailKey, RunID: runID, Step: job.PostLedger, Token: 1 << 40, Phase: saga.Intent, SupplierID: supplier,
+		unsigned := saga.Record{Key: mailKey, RunID: runID, Step: job.PostLedger, Token: 1 << 40, Phase: saga.Intent, Attrs: map[string]string{job.AttrSupplier: supplier},
 			Payload: json.RawMessage(`{}`), Reverse: &saga.Reverse{System: saga.Mail, Key: mailKey + ":withdraw", Payload: withdraw}}
 		// An outcome under a key of its own (a real key's outcome is a duplicate the stream drops).
 		outcome := saga.Record{Key: byMatch.Key, RunID: runID, Step: job.PostLedger, Token: 1 << 40, Phase: saga.Outcome, Payload: json.RawMessage(`{}`), Outcome: "posted"}

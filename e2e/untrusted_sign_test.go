@@ -101,7 +101,7 @@ func TestUntrustedSignedRecordsAndIntents(t *testing.T) {
 	forgedRev, _ := json.Marshal(map[string]any{"Key": victim + ":forged", "RunID": runID, "InvoiceNo": invoice, "Line": line, "Kind": kind,
 		"SupplierID": supplier, "AmountPaise": -987_654_321, "Reverses": victim})
 	intent := saga.Record{Key: runID + ":INV-FORGED:1:price", RunID: runID, Step: job.PostLedger, Token: 1, Phase: saga.Intent,
-		SupplierID: supplier, Payload: json.RawMessage(`{}`), Reverse: &saga.Reverse{System: job.SystemLedger, Key: victim + ":forged", Payload: forgedRev}}
+		Attrs: map[string]string{job.AttrSupplier: supplier}, Payload: json.RawMessage(`{}`), Reverse: &saga.Reverse{System: job.SystemLedger, Key: victim + ":forged", Payload: forgedRev}}
 	if err := saga.Publish(ctx, pljs, "/cairn/post-ledger", time.Now(), intent); err != nil {
 		t.Fatalf("publishing the forged intent as post-ledger: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -207,12 +209,20 @@ func cmdReject(ctx context.Context, args []string) error {
 
 func cmdUndo(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("undo", flag.ContinueOnError)
-	supplier := fs.String("supplier", "", "undo only this supplier's entries, stock adjustments and debit note")
+	supplier := fs.String("supplier", "", "undo only this supplier's entries, stock adjustments and debit note (--where supplier=ID)")
 	step := fs.String("step", "", "undo only this step's effects")
+	where := attrFlags{}
+	fs.Var(where, "where", "undo only the effects whose attribute has this value, ATTR=VALUE (repeatable: every pair must match)")
 	return runVerb(ctx, fs, args, undoSpec, func() events.Command {
 		c := events.Command{}
-		if *supplier != "" || *step != "" {
-			c.Scope = &events.UndoScope{Supplier: *supplier, Step: *step}
+		if *supplier != "" {
+			where[night.AttrSupplier] = *supplier
+		}
+		if len(where) > 0 || *step != "" {
+			c.Scope = &events.UndoScope{Step: *step}
+			if len(where) > 0 {
+				c.Scope.Where = where
+			}
 		}
 		return c
 	})
@@ -561,4 +571,27 @@ func followUndo(ctx context.Context, store *kc.Store, w jetstream.KeyWatcher, id
 			r = next
 		}
 	}
+}
+
+// attrFlags collects repeated ATTR=VALUE flags.
+type attrFlags map[string]string
+
+func (a attrFlags) String() string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(a)) {
+		parts = append(parts, k+"="+a[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+func (a attrFlags) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" || val == "" {
+		return fmt.Errorf("%q is not ATTR=VALUE", v)
+	}
+	if old, dup := a[k]; dup && old != val {
+		return fmt.Errorf("attribute %s given twice (%s, %s)", k, old, val)
+	}
+	a[k] = val
+	return nil
 }

@@ -25,7 +25,7 @@ func TestMailSagaRecordsStaySmall(t *testing.T) {
 	w := m
 	w.Key, w.Kind, w.Reverses = m.Key+":withdraw", "withdraw", m.Key
 	w.Body = "This withdraws our claim.\n\n" + quote(m.Body, m.Key)
-	r := saga.Record{Key: m.Key, RunID: m.RunID, Step: DebitNotes, Phase: saga.Intent, SupplierID: "SUP-01",
+	r := saga.Record{Key: m.Key, RunID: m.RunID, Step: DebitNotes, Phase: saga.Intent, Attrs: map[string]string{AttrSupplier: "SUP-01"},
 		Reverse: reverseWith(saga.Mail, w, w.Key)}
 	r.Payload, _ = json.Marshal(intentOf(m))
 	e, err := events.New(m.Key+":intent", events.TypeSaga, "/cairn/debit-notes", m.RunID, time.Unix(0, 0), r)

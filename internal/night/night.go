@@ -95,6 +95,11 @@ const (
 	SystemStock  = "stock"
 )
 
+// AttrSupplier is the attribute of the night's effects an undo selects by: the
+// supplier whose entries, adjustments and note they are (`cairn undo --supplier`,
+// `--where supplier=…`).
+const AttrSupplier = "supplier"
+
 // Env is what the night's steps work with.
 type Env struct {
 	InboxDir string

@@ -89,7 +89,10 @@ func keyedReceipts(ctx context.Context, a *runner.Attempt, effs []effect, write 
 
 func sagaRecord(a *runner.Attempt, e effect, phase string) saga.Record {
 	r := saga.Record{Key: e.key, RunID: a.RunID, Step: a.Step, Generation: a.Generation, Token: a.Token.Value,
-		Phase: phase, SupplierID: e.supplier, Reverse: e.reverse}
+		Phase: phase, Reverse: e.reverse}
+	if e.supplier != "" {
+		r.Attrs = map[string]string{AttrSupplier: e.supplier}
+	}
 	if phase == saga.Intent {
 		r.Payload, _ = json.Marshal(e.payload)
 		r.Digest = e.digest

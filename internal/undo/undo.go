@@ -14,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -172,7 +174,7 @@ func (r *rejection) Error() string { return r.reason }
 func (c *Compensator) undo(ctx context.Context, m jetstream.Msg, runID, id string, scope *events.UndoScope, waiting kc.Command) error {
 	var sc saga.Scope
 	if scope != nil {
-		sc = saga.Scope{Supplier: scope.Supplier, Step: scope.Step}
+		sc = saga.Scope{Where: scope.Where, Step: scope.Step}
 	}
 	rec, rev, err := c.cfg.Store.Load(ctx, runID)
 	switch {
@@ -319,7 +321,7 @@ func (c *Compensator) reverse(ctx context.Context, m jetstream.Msg, h *kc.Holder
 		return c.stop(ctx, h, err)
 	}
 	err := h.Release(ctx, func(r *kc.Record) error {
-		if sc == (saga.Scope{}) {
+		if sc.Empty() {
 			r.Status = kc.Undone
 			r.NextAction = "nothing: the run is undone"
 		} else {
@@ -423,8 +425,8 @@ func (c *Compensator) record(ctx context.Context, runID, event string, rev uint6
 // describe says what an undo's scope covers.
 func describe(sc saga.Scope) string {
 	var parts []string
-	if sc.Supplier != "" {
-		parts = append(parts, "supplier "+sc.Supplier)
+	for _, k := range slices.Sorted(maps.Keys(sc.Where)) {
+		parts = append(parts, k+" "+sc.Where[k])
 	}
 	if sc.Step != "" {
 		parts = append(parts, "step "+sc.Step)

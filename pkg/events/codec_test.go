@@ -24,7 +24,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		{TypeRunReject, RunSubject(testRun, VerbReject), Command{}},
 		{TypeRunCancel, RunSubject(testRun, VerbCancel), Command{}},
 		{TypeRunRerun, RunSubject(testRun, VerbRerun), Command{From: "match"}},
-		{TypeRunUndo, RunSubject(testRun, VerbUndo), Command{Scope: &UndoScope{Supplier: "SUP-7"}}},
+		{TypeRunUndo, RunSubject(testRun, VerbUndo), Command{Scope: &UndoScope{Where: map[string]string{"supplier": "SUP-7"}}}},
 		{TypeStepReady, StepSubject("fetch", testRun), StepReady{RunID: testRun, Step: "fetch", Generation: 1}},
 		{TypeAudit, AuditSubject(testRun), Audit{RunID: testRun, Step: "extract", Event: "extractor.called", Token: 7, Attrs: map[string]string{"model": "rules-1"}}},
 		{TypeOutbox, OutboxSubject(testRun, "debit"), map[string]string{"key": testRun + ":debit:SUP-7"}},

@@ -1,7 +1,9 @@
 package events
 
 import (
+	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -171,7 +173,7 @@ func TestStartCommandValidate(t *testing.T) {
 
 func TestCommandValidate(t *testing.T) {
 	t.Parallel()
-	good := []Command{{}, {From: "match"}, {Scope: &UndoScope{Supplier: "SUP-7", Step: "post-ledger"}}, {Scope: &UndoScope{}}}
+	good := []Command{{}, {From: "match"}, {Scope: &UndoScope{Where: map[string]string{"supplier": "SUP-7"}, Step: "post-ledger"}}, {Scope: &UndoScope{}}}
 	for _, c := range good {
 		if err := c.Validate(); err != nil {
 			t.Errorf("Validate(%+v) = %v", c, err)
@@ -182,13 +184,51 @@ func TestCommandValidate(t *testing.T) {
 		field string
 	}{
 		{Command{From: "a.b"}, "from"},
-		{Command{Scope: &UndoScope{Supplier: "s*"}}, "scope.supplier"},
+		{Command{Scope: &UndoScope{Where: map[string]string{"supplier": "s*"}}}, "scope.where.supplier"},
+		{Command{Scope: &UndoScope{Where: map[string]string{"supplier": ""}}}, "scope.where.supplier"},
+		{Command{Scope: &UndoScope{Where: map[string]string{"a.b": "x"}}}, "scope.where attribute"},
 		{Command{Scope: &UndoScope{Step: "x y"}}, "scope.step"},
 		{Command{RequestID: "a b"}, "request_id"},
 	}
 	for _, tc := range bad {
 		if err := tc.c.Validate(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("Validate(%+v) = %v, want ErrInvalid naming %s", tc.c, err, tc.field)
+		}
+	}
+}
+
+// An undo's scope selects by attributes: {"where": {...}}, or the shorthand of one
+// attribute per member ({"supplier": "SUP-07"}, as DESIGN.md's undo command has it); any
+// other member is refused naming it.
+func TestUndoScopeJSON(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		want UndoScope
+	}{
+		{`{"supplier":"SUP-07"}`, UndoScope{Where: map[string]string{"supplier": "SUP-07"}}},
+		{`{"supplier":"SUP-07","step":"post-ledger"}`, UndoScope{Where: map[string]string{"supplier": "SUP-07"}, Step: "post-ledger"}},
+		{`{"where":{"supplier":"SUP-07","region":"north"}}`, UndoScope{Where: map[string]string{"supplier": "SUP-07", "region": "north"}}},
+		{`{"where":{"a":"1"},"b":"2"}`, UndoScope{Where: map[string]string{"a": "1", "b": "2"}}},
+		{`{}`, UndoScope{}},
+	} {
+		var got UndoScope
+		if err := json.Unmarshal([]byte(tc.in), &got); err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+		b, err := json.Marshal(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var again UndoScope
+		if err := json.Unmarshal(b, &again); err != nil || !reflect.DeepEqual(again, got) {
+			t.Errorf("%s round trip %s: %+v, %v", tc.in, b, again, err)
+		}
+	}
+	for _, in := range []string{`{"supplier":7}`, `{"where":["a"]}`, `{"step":1}`, `[]`} {
+		var got UndoScope
+		if err := json.Unmarshal([]byte(in), &got); err == nil {
+			t.Errorf("%s taken as %+v", in, got)
 		}
 	}
 }

@@ -1,7 +1,10 @@
 package events
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/cairnhq/cairn/pkg/identity"
@@ -67,14 +70,54 @@ type Command struct {
 	Scope     *UndoScope    `json:"scope,omitempty"`     // undo: what; nil or empty is the whole run
 }
 
-// UndoScope narrows an undo to one supplier or one step.
+// UndoScope narrows an undo to the effects whose attributes (saga.Record.Attrs) match every
+// pair of Where and, when Step is set, to that step's. Its JSON is
+// {"where": {"<attribute>": "<value>", ...}, "step": "<step>"}; any other member with a
+// string value is the shorthand of one attribute, so {"region": "north"} is where
+// region=north.
 type UndoScope struct {
-	Supplier string `json:"supplier,omitempty"`
-	Step     string `json:"step,omitempty"`
+	Where map[string]string `json:"where,omitempty"`
+	Step  string            `json:"step,omitempty"`
 }
 
-// Validate checks the ids a command carries (from, scope.supplier,
-// scope.step) and its request_id. Whether a field makes sense for the verb
+// Empty reports whether the scope selects the whole run.
+func (s UndoScope) Empty() bool { return len(s.Where) == 0 && s.Step == "" }
+
+// UnmarshalJSON reads the scope and its shorthand members; a member that is neither
+// "where", "step" nor a string is refused, naming it.
+func (s *UndoScope) UnmarshalJSON(b []byte) error {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(b, &members); err != nil {
+		return fmt.Errorf("scope: %w", err)
+	}
+	var out UndoScope
+	for name, v := range members {
+		switch name {
+		case "where":
+			if err := json.Unmarshal(v, &out.Where); err != nil {
+				return fmt.Errorf("scope.where is not an object of strings: %w", err)
+			}
+		case "step":
+			if err := json.Unmarshal(v, &out.Step); err != nil {
+				return fmt.Errorf("scope.step is not a string: %w", err)
+			}
+		default:
+			var value string
+			if err := json.Unmarshal(v, &value); err != nil {
+				return fmt.Errorf("scope: member %q is neither where, step nor an attribute's string value", name)
+			}
+			if out.Where == nil {
+				out.Where = map[string]string{}
+			}
+			out.Where[name] = value
+		}
+	}
+	*s = out
+	return nil
+}
+
+// Validate checks the ids a command carries (from, scope.step, scope.where's
+// attributes and values) and its request_id. Whether a field makes sense for the verb
 // is the receiver's business. Errors wrap [ErrInvalid].
 func (c *Command) Validate() error {
 	if c.RequestID != "" {
@@ -84,8 +127,17 @@ func (c *Command) Validate() error {
 	}
 	ids := []struct{ field, value string }{{"from", c.From}}
 	if c.Scope != nil {
-		ids = append(ids, struct{ field, value string }{"scope.supplier", c.Scope.Supplier},
-			struct{ field, value string }{"scope.step", c.Scope.Step})
+		ids = append(ids, struct{ field, value string }{"scope.step", c.Scope.Step})
+		// Every attribute and value is an id, none empty: an empty value would select
+		// the effects that lack the attribute.
+		for _, k := range slices.Sorted(maps.Keys(c.Scope.Where)) {
+			if err := ValidID("scope.where attribute", k); err != nil {
+				return fmt.Errorf("%w: command: %w", ErrInvalid, err)
+			}
+			if err := ValidID("scope.where."+k, c.Scope.Where[k]); err != nil {
+				return fmt.Errorf("%w: command: %w", ErrInvalid, err)
+			}
+		}
 	}
 	for _, id := range ids {
 		if id.value == "" {

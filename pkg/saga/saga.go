@@ -48,14 +48,16 @@ type Reverse struct {
 
 // Record is one saga record: the intent of an effect, or its outcome.
 type Record struct {
-	Key        string          `json:"key"`
-	RunID      string          `json:"run_id"`
-	Step       string          `json:"step"`
-	Generation int             `json:"generation"`
-	Token      uint64          `json:"token"`
-	Phase      string          `json:"phase"`
-	SupplierID string          `json:"supplier_id,omitempty"`
-	Payload    json.RawMessage `json:"payload"`
+	Key        string `json:"key"`
+	RunID      string `json:"run_id"`
+	Step       string `json:"step"`
+	Generation int    `json:"generation"`
+	Token      uint64 `json:"token"`
+	Phase      string `json:"phase"`
+	// Attrs are the effect's attributes as its pipeline names them (a customer, a region),
+	// which an undo's scope selects by (Scope.Where).
+	Attrs   map[string]string `json:"attrs,omitempty"`
+	Payload json.RawMessage   `json:"payload"`
 	// Digest is the digest of the effect's payload as its writer defines it (a message's is
 	// outbox.Digest), on an intent; empty when the outside system compares payloads itself.
 	// Two intents of one key with different digests are two different effects (Refuses).
@@ -134,10 +136,27 @@ func Effects(ctx context.Context, js jetstream.JetStream, trust *Trust, runID st
 	return out, forged, nil
 }
 
-// Scope narrows an undo; empty fields match everything.
+// Scope narrows an undo to the effects whose attributes match every pair of Where and,
+// when Step is set, to that step's; the empty scope is the whole run.
 type Scope struct {
-	Supplier string `json:"supplier,omitempty"`
-	Step     string `json:"step,omitempty"`
+	Where map[string]string `json:"where,omitempty"`
+	Step  string            `json:"step,omitempty"`
+}
+
+// Empty reports whether the scope is the whole run.
+func (s Scope) Empty() bool { return len(s.Where) == 0 && s.Step == "" }
+
+// Selects reports whether the scope takes r's effect.
+func (s Scope) Selects(r Record) bool {
+	if s.Step != "" && r.Step != s.Step {
+		return false
+	}
+	for k, v := range s.Where {
+		if got, ok := r.Attrs[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // Plan returns the effects an undo of scope reverses, in the order it reverses them: steps in
@@ -146,7 +165,7 @@ type Scope struct {
 func Plan(effects []Effect, pipeline []string, scope Scope) []Effect {
 	var out []Effect
 	for _, e := range effects {
-		if e.Intent.Reverse == nil || (scope.Supplier != "" && e.Intent.SupplierID != scope.Supplier) || (scope.Step != "" && e.Intent.Step != scope.Step) {
+		if e.Intent.Reverse == nil || !scope.Selects(e.Intent) {
 			continue
 		}
 		out = append(out, e)

@@ -256,7 +256,7 @@ func (s *Supervisor) republishUndo(ctx context.Context, rec *kc.Record, rev uint
 	c := events.Command{RequestID: rec.Undo.RequestID}
 	if len(rec.Undo.Scope) > 0 && string(rec.Undo.Scope) != "null" {
 		var sc events.UndoScope
-		if err := json.Unmarshal(rec.Undo.Scope, &sc); err == nil && sc != (events.UndoScope{}) {
+		if err := json.Unmarshal(rec.Undo.Scope, &sc); err == nil && !sc.Empty() {
 			c.Scope = &sc
 		}
 	}
