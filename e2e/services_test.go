@@ -74,8 +74,13 @@ func TestServicesKillPostLedger(t *testing.T) {
 
 // A zombie: post-ledger's process is stopped (SIGSTOP) in the middle of the step, another
 // instance finishes the night, and the zombie, continued, is fenced and changes nothing.
-func TestServicesZombie(t *testing.T) {
-	h := newProcsNight(t)
+func TestServicesZombie(t *testing.T) { newProcsNight(t).zombie() }
+
+// zombie stops post-ledger's process in the middle of the step, lets another instance
+// finish the night, continues the zombie and checks that it was fenced and changed nothing.
+func (h *procsNight) zombie() {
+	t := h.t
+	t.Helper()
 	fault := "post-ledger.before-write.24=stall:10s@once"
 	h.svcs(allBut("post-ledger"))
 	a := h.svc("post-ledger", "CAIRN_FAULTS="+fault)

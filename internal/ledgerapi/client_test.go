@@ -4,14 +4,12 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"testing"
 
 	"github.com/cairnhq/cairn/internal/books"
 	"github.com/cairnhq/cairn/internal/ledgerapi"
-	"github.com/cairnhq/cairn/internal/pgtest"
 	"github.com/cairnhq/cairn/pkg/fence"
 	"github.com/cairnhq/cairn/pkg/idempotency"
 	"github.com/cairnhq/cairn/pkg/retry"
@@ -20,13 +18,7 @@ import (
 // The client is the ledger over HTTP with the ledger database's answers: post-ledger and
 // the compensator cannot tell the two books apart, on SQLite and on PostgreSQL.
 func TestClient(t *testing.T) {
-	for _, db := range []struct {
-		name string
-		dsn  func(t *testing.T) string
-	}{
-		{"sqlite", func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "ledger.db") }},
-		{"postgres", func(t *testing.T) string { return pgtest.DSN(t) }},
-	} {
+	for _, db := range databases {
 		t.Run(db.name, func(t *testing.T) {
 			for _, tc := range []struct {
 				name string

@@ -21,16 +21,19 @@ import (
 	"github.com/cairnhq/cairn/pkg/httpidem"
 )
 
+// databases are the ledger's databases the tests run on: a SQLite file and PostgreSQL.
+var databases = []struct {
+	name string
+	dsn  func(t *testing.T) string
+}{
+	{"sqlite", func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "ledger.db") }},
+	{"postgres", func(t *testing.T) string { return pgtest.DSN(t) }},
+}
+
 // The contract of the ledger API, on a SQLite file and on PostgreSQL, over real HTTP on
 // loopback.
 func TestLedgerAPI(t *testing.T) {
-	for _, db := range []struct {
-		name string
-		dsn  func(t *testing.T) string
-	}{
-		{"sqlite", func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "ledger.db") }},
-		{"postgres", func(t *testing.T) string { return pgtest.DSN(t) }},
-	} {
+	for _, db := range databases {
 		t.Run(db.name, func(t *testing.T) {
 			for _, tc := range []struct {
 				name string
