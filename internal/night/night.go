@@ -32,7 +32,8 @@ const (
 // map's fields say how each step's writes are made safe (writes.go, messages.go,
 // extract.go); `cairn faultmap` prints them.
 var Pipeline = pipeline.Definition{
-	Name: "invoice-reconciliation",
+	Name:       "invoice-reconciliation",
+	NaturalKey: "warehouse and date; a shadow run is an input of its own",
 	Steps: []pipeline.Step{
 		{
 			Name: Fetch, Kind: pipeline.SourceRead, Leased: true, Recovery: "cheap to repeat",

@@ -75,7 +75,9 @@ func (s Settings) validate() error {
 
 // Map is a pipeline's fault map.
 type Map struct {
-	Pipeline string    `json:"pipeline"`
+	Pipeline string `json:"pipeline"`
+	// Twice is what happens when the job is started twice on the same input.
+	Twice    string    `json:"twice"`
 	Settings Settings  `json:"settings"`
 	Steps    []StepMap `json:"steps"`
 	Gaps     []Gap     `json:"gaps"`
@@ -147,7 +149,7 @@ func Analyze(d pipeline.Definition, s Settings) (Map, error) {
 	if err := d.Validate(); err != nil {
 		return Map{}, fmt.Errorf("pipeline %s: %w", d.Name, err)
 	}
-	m := Map{Pipeline: d.Name, Settings: s, Steps: make([]StepMap, len(d.Steps)), Gaps: []Gap{}}
+	m := Map{Pipeline: d.Name, Twice: twice(d), Settings: s, Steps: make([]StepMap, len(d.Steps)), Gaps: []Gap{}}
 	for i, st := range d.Steps {
 		r, err := retryOf(st, s)
 		if err != nil {
@@ -236,4 +238,13 @@ func driftOf(st pipeline.Step) string {
 		return DriftAfterBreak
 	}
 	return ""
+}
+
+// twice answers "what happens if the job runs twice on the same input" from the pipeline's
+// natural key.
+func twice(d pipeline.Definition) string {
+	if d.NaturalKey == "" {
+		return "no natural key declared: two starts of the same input are two runs, each doing its effects under its own run id"
+	}
+	return "one run: the natural key (" + d.NaturalKey + ") is claimed in cairn-natural-keys before the run's record, and a second start of it is refused on cairn.rejected naming the first run (the same start again, same run id, is the same run); `cairn rerun RUN --from STEP` runs it again"
 }

@@ -399,3 +399,24 @@ func TestRetryCountsProgress(t *testing.T) {
 		}
 	}
 }
+
+// The map answers "what if the job runs twice on the same input" from the pipeline's
+// natural key, and says so when there is none.
+func TestTwiceOnTheSameInput(t *testing.T) {
+	m, err := faultmap.Analyze(night.Pipeline, defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(m.Twice, "one run") || !strings.Contains(m.Twice, night.Pipeline.NaturalKey) || !strings.Contains(m.Twice, "refused on cairn.rejected") {
+		t.Errorf("the night's answer: %q", m.Twice)
+	}
+	var b strings.Builder
+	if err := m.WriteText(&b); err != nil || !strings.Contains(b.String(), "started twice on the same input: one run") {
+		t.Errorf("the text map does not answer it (%v):\n%s", err, b.String())
+	}
+	bare := night.Pipeline
+	bare.NaturalKey = ""
+	if m, err = faultmap.Analyze(bare, defaults()); err != nil || !strings.Contains(m.Twice, "two runs") {
+		t.Errorf("without a natural key: %q, %v", m.Twice, err)
+	}
+}

@@ -19,6 +19,7 @@ func (m Map) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	s := m.Settings
 	fmt.Fprintf(tw, "pipeline %s, %d steps\n", m.Pipeline, len(m.Steps))
+	fmt.Fprintf(tw, "started twice on the same input: %s\n", m.Twice)
 	fmt.Fprintf(tw, "retries: %d tries per item, loop guard %d, max deliver %d; approval: %s; rate limits: %s\n",
 		s.RetryAttempts, s.LoopGuard, s.MaxDeliver, list(s.ApprovalSteps), rates(s.RateLimits))
 	item, attempt := Policies(s)

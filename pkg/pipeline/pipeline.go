@@ -84,6 +84,10 @@ func (s Step) ReversibleWrites() bool { return s.Writes() && !s.Irreversible }
 type Definition struct {
 	Name  string
 	Steps []Step
+	// NaturalKey says, for a person, what makes two starts the same input (the natural
+	// key the supervisor claims in cairn-natural-keys: a second start of it is refused
+	// naming the first run); empty: none, so two starts of one input are two runs.
+	NaturalKey string
 }
 
 // Names returns the step names in order.
