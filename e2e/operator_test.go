@@ -187,7 +187,7 @@ func TestOperatorRunsAndTimeline(t *testing.T) {
 	if _, err := kv.Put(ctx, "run-corrupt", []byte(`{"schema":1,"run_id":"run-corrupt","created_at":"2000-01-01T00:00:00Z","status":"done","sum":"sha256:00"}`)); err != nil {
 		t.Fatal(err)
 	}
-	foreign := kc.New("run-foreign", kc.Params{Warehouse: warehouse, Date: date}, rec.Pipeline, "2000-01-01T00:00:01Z")
+	foreign := kc.New("run-foreign", kc.StringParams(false, "warehouse", warehouse, "date", date), rec.Pipeline, "2000-01-01T00:00:01Z")
 	foreign.Status, foreign.Epoch = kc.Done, "foreign1"
 	b, err := kc.Encode(foreign)
 	if err != nil {

@@ -69,7 +69,7 @@ func TestUntrustedInvariants(t *testing.T) {
 	}
 	revs := map[string]uint64{}
 	for _, f := range forgedInvariants {
-		r := kc.New(f.runID, kc.Params{Warehouse: "zzz", Date: date}, job.Pipeline.Names(), "2026-10-13T22:00:00Z")
+		r := kc.New(f.runID, kc.StringParams(false, "warehouse", "zzz", "date", date), job.Pipeline.Names(), "2026-10-13T22:00:00Z")
 		r.Epoch = admin.Epoch() // any record in the bucket shows it
 		f.change(r)
 		b, err := kc.Encode(r)
@@ -131,7 +131,7 @@ func TestUntrustedInvariantsDevRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range forgedInvariants {
-		r := kc.New(f.runID, kc.Params{Warehouse: "zzz", Date: date}, job.Pipeline.Names(), "2026-10-13T22:00:00Z")
+		r := kc.New(f.runID, kc.StringParams(false, "warehouse", "zzz", "date", date), job.Pipeline.Names(), "2026-10-13T22:00:00Z")
 		r.Epoch = store.Epoch()
 		f.change(r)
 		b, err := kc.Encode(r)

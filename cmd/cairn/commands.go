@@ -351,9 +351,9 @@ func (q query) matches(r *kc.Record) bool {
 				got = stoppedStep(r)
 			}
 		case "warehouse":
-			got = r.Params.Warehouse
+			got = night.WarehouseOf(r.Params)
 		case "date":
-			got = r.Params.Date
+			got = night.DateOf(r.Params)
 		}
 		if got != v {
 			return false

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/internal/recon"
 	"github.com/cairnhq/cairn/internal/service"
 	"github.com/cairnhq/cairn/pkg/assets"
@@ -84,7 +85,7 @@ func cmdStart(ctx context.Context, args []string) error {
 // same start of an existing run makes no second one; it says so.
 func (s *sender) start(ctx context.Context, cmd events.StartCommand, wait bool) error {
 	run := cmd.RunIDOrDefault()
-	params := kc.Params{Warehouse: cmd.Warehouse, Date: cmd.Date, Shadow: cmd.Shadow}
+	params := kc.StringParams(cmd.Shadow, night.ParamWarehouse, cmd.Warehouse, night.ParamDate, cmd.Date)
 	existing, rev, err := s.store.Load(ctx, run)
 	if err != nil && !errors.Is(err, kc.ErrNotFound) {
 		if errors.Is(err, kc.ErrCorrupt) || errors.Is(err, kc.ErrForeignEpoch) || errors.Is(err, kc.ErrNewerSchema) {
@@ -121,7 +122,7 @@ func (s *sender) start(ctx context.Context, cmd events.StartCommand, wait bool) 
 		}
 		return follow(ctx, s.js, run)
 	}
-	if existing != nil && existing.Params == params {
+	if existing != nil && existing.Params.Equal(params) {
 		return again(existing) // the supervisor only sends a pending first step's event again
 	}
 	limit := time.NewTimer(30 * time.Second)
@@ -131,7 +132,7 @@ func (s *sender) start(ctx context.Context, cmd events.StartCommand, wait bool) 
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-limit.C:
-			if r, _, err := s.store.Load(ctx, run); err == nil && r.Params == params {
+			if r, _, err := s.store.Load(ctx, run); err == nil && r.Params.Equal(params) {
 				return again(r) // made in between by another start of the same run
 			}
 			return fmt.Errorf("start of %s sent (request %s) but not applied within 30s: is the supervisor running?", run, cmd.RequestID)
@@ -345,7 +346,7 @@ func printUndelivered(ctx context.Context, js jetstream.JetStream, r *kc.Record)
 
 func printRecord(r *kc.Record, rev uint64) {
 	fmt.Printf("run        %s (revision %d, written %s, last progress %s)\nparams     warehouse %s, date %s, shadow %t\nstatus     %s\nrestarts   %d   generation %d\nnext       %s\n",
-		r.RunID, rev, r.UpdatedAt, r.ProgressedAt, r.Params.Warehouse, r.Params.Date, r.Params.Shadow, r.Status, r.Restarts, r.Generation, r.NextAction)
+		r.RunID, rev, r.UpdatedAt, r.ProgressedAt, night.WarehouseOf(r.Params), night.DateOf(r.Params), r.Params.Shadow, r.Status, r.Restarts, r.Generation, r.NextAction)
 	if r.Lease != nil {
 		fmt.Printf("lease      %s, step %s, token %d\n", r.Lease.Owner, r.Lease.Step, r.Lease.Token)
 	}

@@ -76,7 +76,7 @@ func finishedFits(c TransitionsConfig) error {
 // step's commit (1 to steps), as the runner writes them.
 func recordSizes(steps, outputSize int) ([]int, error) {
 	def := benchPipeline(steps)
-	r := kc.New("bench-000000", kc.Params{Warehouse: "bench", Date: "2026-10-13"}, def.Names(), time.Now().UTC().Format(time.RFC3339))
+	r := kc.New("bench-000000", kc.StringParams(false, "warehouse", "bench", "date", "2026-10-13"), def.Names(), time.Now().UTC().Format(time.RFC3339))
 	r.Epoch = "e0000000"
 	b, err := kc.Encode(r)
 	if err != nil {
@@ -295,7 +295,7 @@ func cairnTransitions(ctx context.Context, c TransitionsConfig, dir string, res 
 			return ctx.Err()
 		}
 		runID := fmt.Sprintf("bench-%06d", i+1)
-		rev, err := starter.Create(ctx, kc.New(runID, kc.Params{Warehouse: "bench", Date: "2026-10-13"}, def.Names(), began.UTC().Format(time.RFC3339)))
+		rev, err := starter.Create(ctx, kc.New(runID, kc.StringParams(false, "warehouse", "bench", "date", "2026-10-13"), def.Names(), began.UTC().Format(time.RFC3339)))
 		if err != nil {
 			return fmt.Errorf("starting run %s: %w", runID, err)
 		}

@@ -93,7 +93,7 @@ func (s compareStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result
 	var rc []recon.Receipt
 	if first {
 		var err error
-		if rc, err = recon.LoadReceipts(ctx, s.e.erp(), a.Params.Warehouse, a.Params.Date); err != nil {
+		if rc, err = recon.LoadReceipts(ctx, s.e.erp(), WarehouseOf(a.Params), DateOf(a.Params)); err != nil {
 			return nil, runner.Temporary(fmt.Errorf("reading stock received: %w", err))
 		}
 	} else {
@@ -120,12 +120,12 @@ func (s compareStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result
 	}
 	var snap []byte
 	if first {
-		levels, err := recon.LoadStockLevels(ctx, s.e.erp(), a.Params.Warehouse, list)
+		levels, err := recon.LoadStockLevels(ctx, s.e.erp(), WarehouseOf(a.Params), list)
 		if err != nil {
 			return nil, runner.Temporary(fmt.Errorf("reading stock levels: %w", err))
 		}
 		if a.Params.Shadow {
-			if err := s.e.ERP.Stock(true).CopyLevelsToShadow(ctx, a.Params.Warehouse, list); err != nil {
+			if err := s.e.ERP.Stock(true).CopyLevelsToShadow(ctx, WarehouseOf(a.Params), list); err != nil {
 				return nil, runner.Temporary(err)
 			}
 		}

@@ -58,7 +58,7 @@ func (s debitNotesStep) plan(ctx context.Context, a *runner.Attempt) (notePlan, 
 	notes := recon.DebitNotes(adjs)
 	desired := make([]outbox.Message, len(notes))
 	for i, n := range notes {
-		subject, body := recon.DebitNoteText(a.RunID, a.Params.Warehouse, a.Params.Date, n)
+		subject, body := recon.DebitNoteText(a.RunID, WarehouseOf(a.Params), DateOf(a.Params), n)
 		to := SupplierAddress(n.SupplierID)
 		desired[i] = s.message(a, "debit", a.RunID+":debit:"+n.SupplierID, to, subject, body)
 	}
@@ -290,7 +290,7 @@ func (s reportStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result,
 	}
 	rep := recon.SummarizeCounts(invoices, lines, adjs, parked)
 	key := genKey(a.RunID+":report", a.Generation)
-	subject, body := recon.ReportText(a.RunID, a.Params.Warehouse, a.Params.Date, rep)
+	subject, body := recon.ReportText(a.RunID, WarehouseOf(a.Params), DateOf(a.Params), rep)
 	m := debitNotesStep(s).message(a, "report", key, s.e.FinanceTo, subject, body)
 	if err := keyed(ctx, a, mailEffects(a, []outbox.Message{m}, debitNotesStep(s).noteOps(a)), func(int) error {
 		return outbox.Queue(ctx, a.JS(), m, outbox.SignedBy(a.Signer()))

@@ -12,6 +12,7 @@ import (
 	"github.com/cairnhq/cairn/internal/books"
 	"github.com/cairnhq/cairn/internal/ledgerapi"
 	"github.com/cairnhq/cairn/internal/recon"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/runner"
 )
@@ -33,6 +34,7 @@ const (
 // extract.go); `cairn faultmap` prints them.
 var Pipeline = pipeline.Definition{
 	Name:       "invoice-reconciliation",
+	Input:      []string{ParamWarehouse, ParamDate},
 	NaturalKey: "warehouse and date; a shadow run is an input of its own",
 	Steps: []pipeline.Step{
 		{
@@ -95,6 +97,18 @@ const (
 	SystemLedger = "ledger"
 	SystemStock  = "stock"
 )
+
+// The members of the night's params: a run is one warehouse's night of one date.
+const (
+	ParamWarehouse = "warehouse"
+	ParamDate      = "date"
+)
+
+// WarehouseOf is the warehouse of a run's params.
+func WarehouseOf(p kc.Params) string { return p.String(ParamWarehouse) }
+
+// DateOf is the date of a run's params (events.DateLayout).
+func DateOf(p kc.Params) string { return p.String(ParamDate) }
 
 // AttrSupplier is the attribute of the night's effects an undo selects by: the
 // supplier whose entries, adjustments and note they are (`cairn undo --supplier`,

@@ -18,7 +18,7 @@ type fetchOutput struct {
 type fetchStep struct{ e *Env }
 
 func (s fetchStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
-	docs, err := recon.ListDocuments(s.e.InboxDir, a.Params.Warehouse, a.Params.Date)
+	docs, err := recon.ListDocuments(s.e.InboxDir, WarehouseOf(a.Params), DateOf(a.Params))
 	if err != nil {
 		return nil, runner.Permanent(fmt.Errorf("listing the inbox: %w", err))
 	}
@@ -49,7 +49,7 @@ func (s matchStep) CheckSource(ctx context.Context, a *runner.Attempt, fp string
 }
 
 func (s sourceCheck) CheckSource(ctx context.Context, a *runner.Attempt, fingerprint string) ([]string, error) {
-	now, err := recon.ListDocuments(s.e.InboxDir, a.Params.Warehouse, a.Params.Date)
+	now, err := recon.ListDocuments(s.e.InboxDir, WarehouseOf(a.Params), DateOf(a.Params))
 	if err != nil {
 		return nil, err
 	}

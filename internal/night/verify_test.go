@@ -111,7 +111,7 @@ func (f *nightFixture) run(t *testing.T, steps []string, impl map[string]runner.
 func (f *nightFixture) start(t *testing.T, runID string) {
 	t.Helper()
 	ctx := t.Context()
-	rev, err := f.store.Create(ctx, kc.New(runID, kc.Params{Warehouse: testWarehouse, Date: testDate}, Pipeline.Names(), "2026-10-13T22:00:00Z"))
+	rev, err := f.store.Create(ctx, kc.New(runID, kc.StringParams(false, "warehouse", testWarehouse, "date", testDate), Pipeline.Names(), "2026-10-13T22:00:00Z"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -274,7 +274,7 @@ func (s updateStockStep) plan(ctx context.Context, a *runner.Attempt) (rowPlan[b
 	as := make([]books.Adjustment, len(adjs))
 	keys := make([]string, len(adjs))
 	for i, x := range adjs {
-		as[i] = books.Adjustment{Key: a.RunID + ":stock:" + x.KeySuffix(), RunID: a.RunID, Warehouse: a.Params.Warehouse,
+		as[i] = books.Adjustment{Key: a.RunID + ":stock:" + x.KeySuffix(), RunID: a.RunID, Warehouse: WarehouseOf(a.Params),
 			SKU: x.SKU, SupplierID: x.SupplierID, QtyDelta: x.QtyDelta, ValueDeltaPaise: x.ValueDeltaPaise,
 			Reason: fmt.Sprintf("%s mismatch on %s line %d", x.Kind, x.InvoiceNo, x.Line), CreatedAt: stamp(a)}
 		keys[i] = as[i].Key

@@ -30,7 +30,7 @@ func FuzzCanonical(f *testing.F) {
 	for _, s := range canonSeeds {
 		f.Add([]byte(s))
 	}
-	r := New("run-1", Params{Warehouse: "ldh", Date: "2026-10-13"}, []string{"a", "b"}, "2026-10-13T22:00:03Z")
+	r := New("run-1", StringParams(false, "warehouse", "ldh", "date", "2026-10-13"), []string{"a", "b"}, "2026-10-13T22:00:03Z")
 	r.Step("a").Output = &Output{Inline: json.RawMessage(`{"z":[1,"\u00e9<"],"a":{"y":null}}`), Digest: "SHA-256=x", Size: 30}
 	b, err := Encode(r)
 	if err != nil {
@@ -66,7 +66,7 @@ func FuzzCanonical(f *testing.F) {
 
 // TestCanonicalTakesRecords: the fast path sums every record this package writes.
 func TestCanonicalTakesRecords(t *testing.T) {
-	r := New("run-1", Params{Warehouse: "ldh", Date: "2026-10-13"}, []string{"a", "b"}, "2026-10-13T22:00:03Z")
+	r := New("run-1", StringParams(false, "warehouse", "ldh", "date", "2026-10-13"), []string{"a", "b"}, "2026-10-13T22:00:03Z")
 	r.Step("a").Output = &Output{Inline: json.RawMessage(`{"z":[1,"\u00e9<"],"a":{"y":null}}`), Digest: "SHA-256=x", Size: 30}
 	r.Step("a").SetLastError("owner \"x\" gone\n<now>")
 	r.Lease = &Lease{Owner: "o", OwnerInbox: "i", Token: 123456789012345, Step: "a", WriteID: "w"}
@@ -82,7 +82,7 @@ func TestCanonicalTakesRecords(t *testing.T) {
 }
 
 func BenchmarkCanonical(b *testing.B) {
-	r := New("run-1", Params{Warehouse: "ldh", Date: "2026-10-13"}, []string{"s01", "s02", "s03", "s04", "s05", "s06", "s07", "s08", "s09", "s10"}, "2026-10-13T22:00:03Z")
+	r := New("run-1", StringParams(false, "warehouse", "ldh", "date", "2026-10-13"), []string{"s01", "s02", "s03", "s04", "s05", "s06", "s07", "s08", "s09", "s10"}, "2026-10-13T22:00:03Z")
 	for _, name := range r.Pipeline {
 		out := `{"run":"bench-000001","step":"` + name + `","pad":"` + strings.Repeat("x", 156) + `"}`
 		r.Step(name).Output = &Output{Inline: json.RawMessage(out), Digest: "SHA-256=Xq0e2pOQdUAzdKmZfK5Ht5jQdKPiwStPD6X3SkYDuZk=", Size: int64(len(out))}
@@ -104,7 +104,7 @@ func BenchmarkCanonical(b *testing.B) {
 
 // FuzzDecodeRecord: where the fast decoder takes a document, it decodes it as encoding/json.
 func FuzzDecodeRecord(f *testing.F) {
-	r := New("run-1", Params{Warehouse: "ldh", Date: "2026-10-13", Shadow: true}, []string{"a", "b"}, "2026-10-13T22:00:03Z")
+	r := New("run-1", StringParams(true, "warehouse", "ldh", "date", "2026-10-13"), []string{"a", "b"}, "2026-10-13T22:00:03Z")
 	a := r.Step("a")
 	a.Output = &Output{Inline: json.RawMessage(`{"z":[1,"\u00e9<",true,null,{}],"a":{"y":-12}}`), Digest: "SHA-256=x", Size: 30}
 	a.SetLastError("owner \"x\" gone\n\t<now> é")
@@ -118,7 +118,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	r.Handover, r.SourceFingerprint = Ptr("h"), Ptr("sha256:1")
 	r.StockSnapshot = &Output{Object: "s", Digest: "d", Size: 1}
 	r.AddRequest("start-1")
-	for _, rec := range []*Record{r, New("run-2", Params{}, nil, "")} {
+	for _, rec := range []*Record{r, New("run-2", StringParams(false), nil, "")} {
 		b, err := Encode(rec)
 		if err != nil {
 			f.Fatal(err)
@@ -152,7 +152,7 @@ func FuzzDecodeRecord(f *testing.F) {
 
 // TestDecodeRecordTakesRecords: the fast decoder takes every record this package writes.
 func TestDecodeRecordTakesRecords(t *testing.T) {
-	r := New("run-1", Params{Warehouse: "ldh", Date: "2026-10-13"}, []string{"a", "b"}, "2026-10-13T22:00:03Z")
+	r := New("run-1", StringParams(false, "warehouse", "ldh", "date", "2026-10-13"), []string{"a", "b"}, "2026-10-13T22:00:03Z")
 	r.Step("a").Output = &Output{Inline: json.RawMessage(`{"z":[1,"\u00e9<"],"a":{"y":null}}`), Digest: "SHA-256=x", Size: 30}
 	r.Step("a").SetLastError("owner \"x\" gone\n<now>")
 	r.Lease = &Lease{Owner: "o", OwnerInbox: "i", Token: 123456789012345, Step: "a", WriteID: "w"}
@@ -175,7 +175,7 @@ func TestDecodeRecordTakesRecords(t *testing.T) {
 
 // fuzzRecord fills every field of a record from the fuzzer's values.
 func fuzzRecord(s1, s2, s3 string, n1, n2 int64, raw []byte) *Record {
-	r := New(s1, Params{Warehouse: s2, Date: s3, Shadow: n1%2 == 0}, []string{"a", s2, "b"}, s3)
+	r := New(s1, StringParams(n1%2 == 0, "warehouse", s2, "date", s3), []string{"a", s2, "b"}, s3)
 	r.Epoch, r.Status, r.NextAction, r.UpdatedAt = s3, Status(s1), s2+s3, s1+s2
 	r.Restarts, r.Generation, r.Schema = int(n1), int(n2), int(n1^n2)
 	r.SourceFingerprint, r.Handover = Ptr(s2), Ptr(s3)

@@ -3,6 +3,7 @@ package kvcheckpoint
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 )
@@ -46,13 +47,9 @@ func (c *canonical) canonicalRecord(r *Record) (ok bool) {
 	ok = c.lease(r.Lease) && ok
 	*w = append(*w, `,"next_action":`...)
 	c.string(r.NextAction)
-	*w = append(*w, `,"params":{"date":`...)
-	c.string(r.Params.Date)
-	*w = append(*w, `,"shadow":`...)
-	*w = strconv.AppendBool(*w, r.Params.Shadow)
-	*w = append(*w, `,"warehouse":`...)
-	c.string(r.Params.Warehouse)
-	*w = append(*w, `},"pipeline":`...)
+	*w = append(*w, `,"params":`...)
+	ok = c.params(r.Params) && ok
+	*w = append(*w, `,"pipeline":`...)
 	c.strings(r.Pipeline)
 	*w = append(*w, `,"progress":`...)
 	ok = c.progress(r.Progress) && ok
@@ -458,5 +455,37 @@ func (c *canonical) commands(cs []Command) bool {
 		c.out = append(c.out, '}')
 	}
 	c.out = append(c.out, ']')
+	return ok
+}
+
+// params writes p as its flat object, members sorted, "shadow" among them; it gives up on
+// a member name that is not ASCII (RFC 8785 sorts by UTF-16 code units) and on a value the
+// canonicalizer does not take.
+func (c *canonical) params(p Params) bool {
+	if _, bad := p.Input[ShadowMember]; bad {
+		return false
+	}
+	names := append(p.Names(), ShadowMember)
+	slices.Sort(names)
+	c.out = append(c.out, '{')
+	ok := true
+	for i, name := range names {
+		for j := 0; j < len(name); j++ {
+			if name[j] >= utf8.RuneSelf {
+				return false
+			}
+		}
+		if i > 0 {
+			c.out = append(c.out, ',')
+		}
+		c.string(name)
+		c.out = append(c.out, ':')
+		if name == ShadowMember {
+			c.out = strconv.AppendBool(c.out, p.Shadow)
+			continue
+		}
+		ok = c.raw(p.Input[name]) && ok
+	}
+	c.out = append(c.out, '}')
 	return ok
 }

@@ -17,7 +17,7 @@ func benchRecord() *kc.Record {
 	for i := range names {
 		names[i] = fmt.Sprintf("s%02d", i+1)
 	}
-	r := kc.New("bench-000001", kc.Params{Warehouse: "bench", Date: "2026-10-13"}, names, "2026-10-13T22:00:03Z")
+	r := kc.New("bench-000001", kc.StringParams(false, "warehouse", "bench", "date", "2026-10-13"), names, "2026-10-13T22:00:03Z")
 	r.Epoch = testEpoch
 	for i, name := range names {
 		s := r.Step(name)

@@ -381,14 +381,16 @@ func (d *decoder) params(p *Params) bool {
 			return true
 		}
 		switch string(key) {
-		case "warehouse":
-			ok = d.str(&p.Warehouse)
-		case "date":
-			ok = d.str(&p.Date)
-		case "shadow":
+		case ShadowMember:
 			ok = d.boolean(&p.Shadow)
 		default:
-			ok = false
+			var v json.RawMessage
+			if ok = d.raw(&v); ok {
+				if p.Input == nil {
+					p.Input = map[string]json.RawMessage{}
+				}
+				p.Input[string(key)] = v
+			}
 		}
 		if !ok {
 			return false

@@ -30,7 +30,7 @@ func ExampleStore_Take() {
 	js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: kc.Bucket, History: 16, Metadata: map[string]string{kc.EpochKey: "e1"}})
 	store, _ := kc.Open(ctx, js, kc.Bucket)
 
-	store.Create(ctx, kc.New("run-1", kc.Params{Warehouse: "ldh", Date: "2026-10-13"}, []string{"fetch", "extract"}, "2026-10-13T22:00:03Z"))
+	store.Create(ctx, kc.New("run-1", kc.StringParams(false, "warehouse", "ldh", "date", "2026-10-13"), []string{"fetch", "extract"}, "2026-10-13T22:00:03Z"))
 	rec, rev, _ := store.Load(ctx, "run-1")
 	fmt.Println("created at revision", rev)
 

@@ -53,7 +53,7 @@ func testContext(t testing.TB) context.Context {
 }
 
 func newRecord(runID string) *kc.Record {
-	return kc.New(runID, kc.Params{Warehouse: "ldh", Date: "2026-10-13"}, pipeline, "2026-10-13T22:00:03Z")
+	return kc.New(runID, kc.StringParams(false, "warehouse", "ldh", "date", "2026-10-13"), pipeline, "2026-10-13T22:00:03Z")
 }
 
 // created writes a fresh record for runID and returns it as loaded, with its revision.

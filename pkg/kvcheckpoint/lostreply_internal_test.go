@@ -209,7 +209,7 @@ func TestLostCommitReplyThenCancel(t *testing.T) {
 func createRun(t *testing.T, st *Store) (*Record, uint64) {
 	t.Helper()
 	ctx := ctxFor(t)
-	rev, err := st.Create(ctx, New("run-1", Params{Warehouse: "ldh", Date: "2026-10-13"}, []string{"fetch", "extract"}, "2026-10-13T22:00:03Z"))
+	rev, err := st.Create(ctx, New("run-1", StringParams(false, "warehouse", "ldh", "date", "2026-10-13"), []string{"fetch", "extract"}, "2026-10-13T22:00:03Z"))
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
@@ -271,7 +271,7 @@ func TestLostReplyUnderAServiceUser(t *testing.T) {
 			}
 			kv := &lossyKV{KeyValue: st.kv, mode: mode}
 			st.kv = kv
-			rec := New("run-"+mode, Params{Warehouse: "ldh", Date: "2026-10-13"}, []string{"fetch", "extract"}, "2026-10-13T22:00:03Z")
+			rec := New("run-"+mode, StringParams(false, "warehouse", "ldh", "date", "2026-10-13"), []string{"fetch", "extract"}, "2026-10-13T22:00:03Z")
 			rev, err := st.Create(ctx, rec)
 			if err != nil {
 				t.Fatalf("Create: %v", err)

@@ -25,7 +25,7 @@ func Progressed(before, after *Record) bool {
 // encoding it, on every write); TestProgressedSeesEveryField fails when a field is added
 // to the record and not here.
 func sameProgress(x, y *Record) bool {
-	return x.Schema == y.Schema && x.RunID == y.RunID && x.Params == y.Params && x.CreatedAt == y.CreatedAt &&
+	return x.Schema == y.Schema && x.RunID == y.RunID && x.Params.Equal(y.Params) && x.CreatedAt == y.CreatedAt &&
 		x.Epoch == y.Epoch && x.Status == y.Status && slices.Equal(x.Pipeline, y.Pipeline) &&
 		maps.EqualFunc(x.Steps, y.Steps, sameStep) && eqPtr(x.SourceFingerprint, y.SourceFingerprint) &&
 		sameOutput(x.StockSnapshot, y.StockSnapshot) && sameLease(x.Lease, y.Lease) && x.NextAction == y.NextAction &&

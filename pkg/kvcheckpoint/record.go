@@ -69,13 +69,6 @@ type Record struct {
 	Sum               string           `json:"sum"`
 }
 
-// Params are what the run was started with.
-type Params struct {
-	Warehouse string `json:"warehouse"`
-	Date      string `json:"date"`
-	Shadow    bool   `json:"shadow"`
-}
-
 // Step is one step's progress.
 type Step struct {
 	Status           StepStatus `json:"status"`
@@ -201,7 +194,7 @@ func New(runID string, p Params, pipeline []string, createdAt string) *Record {
 	r := &Record{
 		Schema:       Schema,
 		RunID:        runID,
-		Params:       p,
+		Params:       p.Clone(),
 		CreatedAt:    createdAt,
 		UpdatedAt:    createdAt,
 		ProgressedAt: createdAt,
@@ -232,6 +225,7 @@ func (r *Record) Clone() *Record {
 			c.Steps[name] = s.clone()
 		}
 	}
+	c.Params = r.Params.Clone()
 	c.SourceFingerprint = clonePtr(r.SourceFingerprint)
 	c.StockSnapshot = r.StockSnapshot.clone()
 	c.Lease = clonePtr(r.Lease)

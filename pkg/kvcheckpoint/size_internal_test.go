@@ -19,7 +19,7 @@ func randomRecord(rng *rand.Rand) *Record {
 		names = append(names, fmt.Sprintf("step-%02d%s", i, strings.Repeat("x", rng.IntN(20))))
 	}
 	runID := "run-" + strings.Repeat("r", rng.IntN(64))
-	r := New(runID, Params{Warehouse: "ldh", Date: "2026-10-13", Shadow: rng.IntN(2) == 0}, names, "2026-10-13T22:00:00Z")
+	r := New(runID, StringParams(rng.IntN(2) == 0, "warehouse", "ldh", "date", "2026-10-13"), names, "2026-10-13T22:00:00Z")
 	r.Epoch, r.UpdatedAt, r.ProgressedAt = "e0000000", "2026-10-13T22:00:01.123Z", "2026-10-13T22:00:01Z"
 	text := func(n int) string {
 		alphabet := []string{"a", "b", " ", "é", "<", "&", "\"", "\\", "\n", "✓", "\x01"}

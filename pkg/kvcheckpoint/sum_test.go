@@ -224,7 +224,7 @@ func TestEncodeSum(t *testing.T) {
 
 // A record is stored in its RFC 8785 form, sum included: what is summed is what is stored.
 func TestEncodeStoresTheCanonicalForm(t *testing.T) {
-	for name, r := range map[string]*kc.Record{"full": fullRecord(), "new": kc.New("run-1", kc.Params{Warehouse: "ldh", Date: "2026-10-13"}, []string{"fetch", "report"}, "2026-10-13T22:00:03Z")} {
+	for name, r := range map[string]*kc.Record{"full": fullRecord(), "new": kc.New("run-1", kc.StringParams(false, "warehouse", "ldh", "date", "2026-10-13"), []string{"fetch", "report"}, "2026-10-13T22:00:03Z")} {
 		b, err := kc.Encode(r)
 		if err != nil {
 			t.Fatalf("%s: Encode: %v", name, err)
@@ -242,7 +242,7 @@ func TestEncodeStoresTheCanonicalForm(t *testing.T) {
 // An inline output is stored with the bytes its digest covers, not reordered: the rest of
 // the record is canonical, the output as the step wrote it.
 func TestEncodeKeepsInlineOutputBytes(t *testing.T) {
-	r := kc.New("run-1", kc.Params{Warehouse: "ldh", Date: "2026-10-13"}, []string{"fetch"}, "2026-10-13T22:00:03Z")
+	r := kc.New("run-1", kc.StringParams(false, "warehouse", "ldh", "date", "2026-10-13"), []string{"fetch"}, "2026-10-13T22:00:03Z")
 	inline := json.RawMessage(`{"zeta":1,"alpha":"a\u003cb","list":[3,1]}`)
 	r.Step("fetch").Output = &kc.Output{Inline: inline, Digest: "SHA-256=x", Size: int64(len(inline))}
 	b, err := kc.Encode(r)

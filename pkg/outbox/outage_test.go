@@ -289,7 +289,7 @@ func TestRecordAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := kc.New("run-a", kc.Params{Warehouse: "ldh", Date: "2026-10-13"}, []string{"debit-notes"}, "2026-10-13T22:00:00Z")
+	rec := kc.New("run-a", kc.StringParams(false, "warehouse", "ldh", "date", "2026-10-13"), []string{"debit-notes"}, "2026-10-13T22:00:00Z")
 	rec.Generation = 1
 	committed := uint64(1876)
 	rec.Step("debit-notes").Token = &committed

@@ -84,6 +84,11 @@ func (s Step) ReversibleWrites() bool { return s.Writes() && !s.Irreversible }
 type Definition struct {
 	Name  string
 	Steps []Step
+	// Input names the members of a run's params, in order: the pipeline's input, which is
+	// what makes two runs the same (their natural key, with whether each is a shadow run),
+	// and the order its members are read in (a step's input fingerprint, the key's text).
+	// Members a start carries beyond it follow, sorted.
+	Input []string
 	// NaturalKey says, for a person, what makes two starts the same input (the natural
 	// key the supervisor claims in cairn-natural-keys: a second start of it is refused
 	// naming the first run); empty: none, so two starts of one input are two runs.

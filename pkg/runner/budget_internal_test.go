@@ -50,7 +50,7 @@ func fitCase(t *testing.T, earlierSize, ownSize, want int) (*Runner, *Attempt, *
 		head := `{"step":"` + name + `","pad":"`
 		return []byte(head + strings.Repeat("p", max(n-len(head)-2, 0)) + `"}`)
 	}
-	base := kc.New("run-fit", kc.Params{Warehouse: "w", Date: "2026-11-01"}, def.Names(), "2026-11-01T22:00:00Z")
+	base := kc.New("run-fit", kc.StringParams(false, "warehouse", "w", "date", "2026-11-01"), def.Names(), "2026-11-01T22:00:00Z")
 	base.Epoch = store.Epoch()
 	for _, name := range def.Names()[:9] {
 		s := base.Step(name)

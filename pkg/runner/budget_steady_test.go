@@ -91,7 +91,7 @@ func TestSmallOutputsNeverMakeRoom(t *testing.T) {
 			}
 			for i := 1; i <= 3; i++ {
 				runID := fmt.Sprintf("bench-%06d", i)
-				rev, err := f.store.Create(ctx, kc.New(runID, kc.Params{Warehouse: "bench", Date: "2026-10-13"}, def.Names(), time.Now().UTC().Format(time.RFC3339)))
+				rev, err := f.store.Create(ctx, kc.New(runID, kc.StringParams(false, "warehouse", "bench", "date", "2026-10-13"), def.Names(), time.Now().UTC().Format(time.RFC3339)))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -91,7 +91,7 @@ func TestRecordBudgetKeepsRoomForAFailure(t *testing.T) {
 		f.run(t, c)
 	}
 	runID := strings.Repeat("r", 60) + "-big"
-	rev, err := store.Create(ctx, kc.New(runID, kc.Params{Warehouse: "w", Date: "2026-11-01"}, wide.Names(), "2026-11-01T22:00:00Z"))
+	rev, err := store.Create(ctx, kc.New(runID, kc.StringParams(false, "warehouse", "w", "date", "2026-11-01"), wide.Names(), "2026-11-01T22:00:00Z"))
 	if err != nil {
 		t.Fatal(err)
 	}

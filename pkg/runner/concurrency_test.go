@@ -40,7 +40,7 @@ func (b *blocking) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, 
 func (f *fixture) readyForTwo(t testing.TB, runID string) uint64 {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := f.store.Create(ctx, kc.New(runID, kc.Params{Warehouse: "w", Date: "2026-10-13"}, toy.Names(), "2026-10-13T22:00:00Z")); err != nil {
+	if _, err := f.store.Create(ctx, kc.New(runID, kc.StringParams(false, "warehouse", "w", "date", "2026-10-13"), toy.Names(), "2026-10-13T22:00:00Z")); err != nil {
 		t.Fatal(err)
 	}
 	_, rev, err := f.store.Mutate(ctx, runID, func(r *kc.Record) error {
@@ -152,7 +152,7 @@ func TestConcurrencyBounds(t *testing.T) {
 func TestRememberedRecordThatMovedOn(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	rev, err := f.store.Create(ctx, kc.New("r1", kc.Params{Warehouse: "w", Date: "2026-10-13"}, toy.Names(), "2026-10-13T22:00:00Z"))
+	rev, err := f.store.Create(ctx, kc.New("r1", kc.StringParams(false, "warehouse", "w", "date", "2026-10-13"), toy.Names(), "2026-10-13T22:00:00Z"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 		out = append(out, b)
 	}
 	for i := range fuzzNight.Steps {
-		r := kc.New(fuzzRunID, kc.Params{Warehouse: "ldh", Date: "2026-10-13"}, fuzzNight.Names(), at)
+		r := kc.New(fuzzRunID, kc.StringParams(false, "warehouse", "ldh", "date", "2026-10-13"), fuzzNight.Names(), at)
 		for _, s := range r.Pipeline[:i] {
 			r.Step(s).Status = kc.Verified
 			r.Step(s).Output = &kc.Output{Object: fuzzRunID + "/" + s + "/x", Digest: "SHA-256=x", Size: 2}

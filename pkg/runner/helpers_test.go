@@ -19,7 +19,7 @@ import (
 )
 
 // toy is a three-step pipeline: a leased step, a lease-free one, and a leased last step.
-var toy = pipeline.Definition{Name: "toy", Steps: []pipeline.Step{
+var toy = pipeline.Definition{Name: "toy", Input: []string{"warehouse", "date"}, Steps: []pipeline.Step{
 	{Name: "one", Kind: pipeline.BusinessWrite, Leased: true},
 	{Name: "two", Kind: pipeline.Compute},
 	{Name: "three", Kind: pipeline.OutsideMessage, Leased: true},
@@ -100,7 +100,7 @@ func (f *fixture) run(t *testing.T, c runner.Config) *runner.Runner {
 func (f *fixture) start(t *testing.T, runID string) {
 	t.Helper()
 	ctx := context.Background()
-	rev, err := f.store.Create(ctx, kc.New(runID, kc.Params{Warehouse: "w", Date: "2026-10-13"}, toy.Names(), "2026-10-13T22:00:00Z"))
+	rev, err := f.store.Create(ctx, kc.New(runID, kc.StringParams(false, "warehouse", "w", "date", "2026-10-13"), toy.Names(), "2026-10-13T22:00:00Z"))
 	if err != nil {
 		t.Fatal(err)
 	}

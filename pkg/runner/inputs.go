@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -38,7 +37,7 @@ func (a *Attempt) read(name, digest string) {
 // folded in rather than kept alone so that the field means one thing for every step. Two
 // attempts that read the same things have the same fingerprint.
 func (a *Attempt) inputFingerprint(outside string) string {
-	params, _ := json.Marshal(a.Params)
+	params := a.Params.Ordered(a.r.cfg.Pipeline.Input)
 	b := make([]byte, 0, 256)
 	b = append(append(append(b, "params "...), params...), '\n')
 	a.mu.Lock()

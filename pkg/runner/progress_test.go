@@ -35,7 +35,7 @@ func (c *counted) Progress(context.Context, *runner.Attempt) (runner.Progress, e
 func (f *fixture) died(t *testing.T, attempts int, p *kc.Progress) {
 	t.Helper()
 	ctx := context.Background()
-	rec := kc.New("r1", kc.Params{Warehouse: "w", Date: "2026-10-13"}, toy.Names(), "2026-10-13T22:00:00Z")
+	rec := kc.New("r1", kc.StringParams(false, "warehouse", "w", "date", "2026-10-13"), toy.Names(), "2026-10-13T22:00:00Z")
 	rec.Step("one").Status = kc.InProgress
 	rec.Step("one").Attempts = attempts
 	rec.Progress = p

@@ -203,7 +203,7 @@ func TestFastTakeoverOfADeadOwner(t *testing.T) {
 		return output("one")(ctx, a)
 	}))
 	ctx := context.Background()
-	rev, err := f.store.Create(ctx, kc.New("r1", kc.Params{Warehouse: "w", Date: "2026-10-13"}, toy.Names(), "2026-10-13T22:00:00Z"))
+	rev, err := f.store.Create(ctx, kc.New("r1", kc.StringParams(false, "warehouse", "w", "date", "2026-10-13"), toy.Names(), "2026-10-13T22:00:00Z"))
 	if err != nil {
 		t.Fatal(err)
 	}

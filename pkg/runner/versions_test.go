@@ -26,7 +26,7 @@ func TestRestartUnderOtherVersionsIsRecorded(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	old, schema, code := "p1", "s1", "v0.1.0"
-	rec := kc.New("r1", kc.Params{Warehouse: "w", Date: "2026-10-13"}, toy.Names(), "2026-10-13T22:00:00Z")
+	rec := kc.New("r1", kc.StringParams(false, "warehouse", "w", "date", "2026-10-13"), toy.Names(), "2026-10-13T22:00:00Z")
 	one := rec.Step("one")
 	one.Status = kc.InProgress // its attempt died; the supervisor released the lease
 	one.Versions = kc.Versions{Code: &code, Prompt: &old, Schema: &schema}
@@ -71,7 +71,7 @@ func TestTwoWorkersSameRunSameMoment(t *testing.T) {
 	f.run(t, f.config("one", counting))
 	f.run(t, f.config("two", output("two")))
 	f.run(t, f.config("three", output("three")))
-	rev, err := f.store.Create(ctx, kc.New("r1", kc.Params{Warehouse: "w", Date: "2026-10-13"}, toy.Names(), "2026-10-13T22:00:00Z"))
+	rev, err := f.store.Create(ctx, kc.New("r1", kc.StringParams(false, "warehouse", "w", "date", "2026-10-13"), toy.Names(), "2026-10-13T22:00:00Z"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestOtherBuildIsRecordedAsAVersionChange(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := setup(t)
 			ctx := context.Background()
-			rec := kc.New("r1", kc.Params{Warehouse: "w", Date: "2026-10-13"}, toy.Names(), "2026-10-13T22:00:00Z")
+			rec := kc.New("r1", kc.StringParams(false, "warehouse", "w", "date", "2026-10-13"), toy.Names(), "2026-10-13T22:00:00Z")
 			one := rec.Step("one")
 			one.Status = tc.status
 			one.Versions = kc.Versions{Code: kc.Ptr("9bc5be173cda")}

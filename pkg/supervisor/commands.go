@@ -3,6 +3,7 @@ package supervisor
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -50,7 +51,7 @@ func (s *Supervisor) start(ctx context.Context, ev events.Event) error {
 	ev.Subject = runID
 	ctx, span := tracing.Start(ctx, ev, "run start")
 	defer span.End()
-	params := kc.Params{Warehouse: c.Warehouse, Date: c.Date, Shadow: c.Shadow}
+	params := kc.StringParams(c.Shadow, "warehouse", c.Warehouse, "date", c.Date)
 	if rec, rev, err := s.cfg.Store.Load(ctx, runID); !errors.Is(err, kc.ErrNotFound) {
 		if err != nil {
 			return err
@@ -64,7 +65,7 @@ func (s *Supervisor) start(ctx context.Context, ev events.Event) error {
 	}
 	if holder != runID {
 		return &rejection{runID: runID, reason: fmt.Sprintf("run %s has this input already (%s): another run id would do its work twice; cairn rerun %s --from STEP runs it again",
-			holder, describeInput(params), holder)}
+			holder, describeInput(s.cfg.Pipeline, params), holder)}
 	}
 	first := s.cfg.Pipeline.Names()[0]
 	rec := kc.New(runID, params, s.cfg.Pipeline.Names(), s.stamp())
@@ -98,8 +99,10 @@ func (s *Supervisor) start(ctx context.Context, ev events.Event) error {
 // first step is still pending with no lease gets its event again.
 func (s *Supervisor) startAgain(ctx context.Context, rec *kc.Record, rev uint64, params kc.Params) error {
 	runID := rec.RunID
-	if rec.Params != params {
-		return &rejection{runID: runID, reason: fmt.Sprintf("run %s exists with other parameters (%+v, not %+v)", runID, rec.Params, params)}
+	if !rec.Params.Equal(params) {
+		have, _ := json.Marshal(rec.Params)
+		want, _ := json.Marshal(params)
+		return &rejection{runID: runID, reason: fmt.Sprintf("run %s exists with other parameters (%s, not %s)", runID, have, want)}
 	}
 	first := rec.Pipeline[0]
 	if rec.Status != kc.Running || rec.Lease != nil || rec.Step(first).Status != kc.Pending {

@@ -33,7 +33,7 @@ var abc = pipeline.Definition{Name: "abc", Steps: []pipeline.Step{
 	{Name: "c", Kind: pipeline.OutsideMessage, Leased: true},
 }}
 
-var ldh = kc.Params{Warehouse: "ldh", Date: "2026-10-13"}
+var ldh = kc.StringParams(false, "warehouse", "ldh", "date", "2026-10-13")
 
 // clock is the supervisors' injected clock: it moves only when a test advances it.
 type clock struct {

@@ -1,23 +1,62 @@
 package supervisor
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/pipeline"
 )
 
 // NaturalKey is what a run is about: its pipeline and its input. Two runs with one natural
 // key would do the same work twice, so a start whose natural key another run id holds is
 // refused; `cairn rerun` is how a run goes again. A shadow run has a natural key of its own.
-func NaturalKey(pipeline string, p kc.Params) string {
-	return fmt.Sprintf("pipeline=%s warehouse=%s date=%s shadow=%t", pipeline, p.Warehouse, p.Date, p.Shadow)
+func NaturalKey(d pipeline.Definition, p kc.Params) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pipeline=%s", d.Name)
+	for _, k := range inputOrder(d, p) {
+		fmt.Fprintf(&b, " %s=%s", k, memberText(p, k))
+	}
+	fmt.Fprintf(&b, " shadow=%t", p.Shadow)
+	return b.String()
+}
+
+// inputOrder is the members of p in the pipeline's declared order, then the others sorted.
+func inputOrder(d pipeline.Definition, p kc.Params) []string {
+	var out []string
+	for _, k := range d.Input {
+		if _, ok := p.Input[k]; ok {
+			out = append(out, k)
+		}
+	}
+	for _, k := range p.Names() {
+		if !slices.Contains(d.Input, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// memberText is a member's value as the natural key spells it: a string as it is, any
+// other value as its compact JSON.
+func memberText(p kc.Params, k string) string {
+	if s := p.String(k); s != "" || string(p.Input[k]) == `""` {
+		return s
+	}
+	var c bytes.Buffer
+	if json.Compact(&c, p.Input[k]) != nil {
+		return string(p.Input[k])
+	}
+	return c.String()
 }
 
 // NaturalKeyEntry is a natural key's key in the cairn-natural-keys bucket: the hex sha256 of
@@ -42,7 +81,7 @@ type Claim struct {
 // with other input was left by a start refused for its parameters, and is taken over; so is
 // the claim of a run undone in full, whose effects are all reversed: its input may be run again.
 func (s *Supervisor) claimInput(ctx context.Context, runID string, params kc.Params) (holder string, rev uint64, err error) {
-	natural := NaturalKey(s.cfg.Pipeline.Name, params)
+	natural := NaturalKey(s.cfg.Pipeline, params)
 	key := NaturalKeyEntry(natural)
 	value, err := json.Marshal(Claim{RunID: runID, NaturalKey: natural, ClaimedAt: s.stamp()})
 	if err != nil {
@@ -72,7 +111,7 @@ func (s *Supervisor) claimInput(ctx context.Context, runID string, params kc.Par
 			return runID, e.Revision(), nil
 		}
 		rec, _, err := s.cfg.Store.Load(ctx, c.RunID)
-		if err != nil || (holds(rec) && NaturalKey(s.cfg.Pipeline.Name, rec.Params) == natural) {
+		if err != nil || (holds(rec) && NaturalKey(s.cfg.Pipeline, rec.Params) == natural) {
 			// Missing: its start is under way. Not trusted: it exists. Either way it holds.
 			return c.RunID, e.Revision(), nil
 		}
@@ -97,7 +136,7 @@ func (s *Supervisor) earlierHolder(ctx context.Context, runID, natural, key stri
 	s.mu.Lock()
 	var other string
 	for id, w := range s.runs {
-		if id != runID && holds(w.rec) && NaturalKey(s.cfg.Pipeline.Name, w.rec.Params) == natural && (other == "" || id < other) {
+		if id != runID && holds(w.rec) && NaturalKey(s.cfg.Pipeline, w.rec.Params) == natural && (other == "" || id < other) {
 			other = id
 		}
 	}
@@ -120,17 +159,21 @@ func (s *Supervisor) earlierHolder(ctx context.Context, runID, natural, key stri
 // run id turned out to exist with other input). A crash before the release leaves a claim
 // that the next start of that input takes over.
 func (s *Supervisor) releaseInput(ctx context.Context, params kc.Params, rev uint64) error {
-	key := NaturalKeyEntry(NaturalKey(s.cfg.Pipeline.Name, params))
+	key := NaturalKeyEntry(NaturalKey(s.cfg.Pipeline, params))
 	err := s.cfg.NaturalKeys.Delete(ctx, key, jetstream.LastRevision(rev))
 	if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return fmt.Errorf("releasing the claim on %q: %w", NaturalKey(s.cfg.Pipeline.Name, params), err)
+		return fmt.Errorf("releasing the claim on %q: %w", NaturalKey(s.cfg.Pipeline, params), err)
 	}
 	return nil
 }
 
 // describeInput is the input of a run in a sentence.
-func describeInput(p kc.Params) string {
-	s := fmt.Sprintf("warehouse %s, date %s", p.Warehouse, p.Date)
+func describeInput(d pipeline.Definition, p kc.Params) string {
+	var parts []string
+	for _, k := range inputOrder(d, p) {
+		parts = append(parts, k+" "+memberText(p, k))
+	}
+	s := strings.Join(parts, ", ")
 	if p.Shadow {
 		s += ", shadow"
 	}

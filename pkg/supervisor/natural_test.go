@@ -57,7 +57,7 @@ func TestStartOfTheSameInputUnderAnotherRunIDIsRejected(t *testing.T) {
 // claimOf returns the claim on the natural key of params in the test pipeline.
 func (f *fixture) claimOf(t *testing.T, params kc.Params) (Claim, bool) {
 	t.Helper()
-	e, err := f.natural.Get(f.ctx, NaturalKeyEntry(NaturalKey(abc.Name, params)))
+	e, err := f.natural.Get(f.ctx, NaturalKeyEntry(NaturalKey(abc, params)))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Claim{}, false
 	}
@@ -74,7 +74,7 @@ func (f *fixture) claimOf(t *testing.T, params kc.Params) (Claim, bool) {
 // putClaim writes a claim as a start that died after claiming would have left it.
 func (f *fixture) putClaim(t *testing.T, params kc.Params, runID string) {
 	t.Helper()
-	natural := NaturalKey(abc.Name, params)
+	natural := NaturalKey(abc, params)
 	b, _ := json.Marshal(Claim{RunID: runID, NaturalKey: natural, ClaimedAt: "2026-10-13T21:59:00Z"})
 	if _, err := f.natural.Create(f.ctx, NaturalKeyEntry(natural), b); err != nil {
 		t.Fatalf("claiming %+v for %s: %v", params, runID, err)
@@ -94,8 +94,8 @@ func TestStartOfOtherInputsIsAccepted(t *testing.T) {
 	if rej := f.rejections(t); len(rej) != 0 {
 		t.Fatalf("rejections %+v, want none", rej)
 	}
-	for run, p := range map[string]kc.Params{"r1": ldh, "r1-shadow": {Warehouse: "ldh", Date: "2026-10-13", Shadow: true}, "r2": {Warehouse: "ldh", Date: "2026-10-14"}} {
-		if c, ok := f.claimOf(t, p); !ok || c.RunID != run || c.NaturalKey != NaturalKey(abc.Name, p) {
+	for run, p := range map[string]kc.Params{"r1": ldh, "r1-shadow": kc.StringParams(true, "warehouse", "ldh", "date", "2026-10-13"), "r2": kc.StringParams(false, "warehouse", "ldh", "date", "2026-10-14")} {
+		if c, ok := f.claimOf(t, p); !ok || c.RunID != run || c.NaturalKey != NaturalKey(abc, p) {
 			t.Errorf("claim on %+v: %+v (present %t), want %s's", p, c, ok, run)
 		}
 	}
@@ -117,7 +117,7 @@ func TestStartAfterACrashBetweenTheClaimAndTheRecord(t *testing.T) {
 
 	f.command(t, s, events.RunStartSubject, startR1)
 	rec, rev := f.load(t, "r1")
-	if rec.Params != ldh {
+	if !rec.Params.Equal(ldh) {
 		t.Fatalf("r1's params %+v", rec.Params)
 	}
 	stepEvent(t, f.published(t), "r1", "a", rev, 0)
@@ -132,11 +132,11 @@ func TestStartAfterACrashBetweenTheClaimAndTheRecord(t *testing.T) {
 func TestStaleClaimIsTakenOver(t *testing.T) {
 	f := setup(t)
 	s := f.supervisor(t)
-	f.create(t, "r9", func(r *kc.Record) { r.Params.Date = "2026-10-14" })
+	f.create(t, "r9", func(r *kc.Record) { r.Params = kc.StringParams(false, "warehouse", "ldh", "date", "2026-10-14") })
 	f.putClaim(t, ldh, "r9")
 
 	f.command(t, s, events.RunStartSubject, startR1)
-	if rec, _ := f.load(t, "r1"); rec.Params != ldh {
+	if rec, _ := f.load(t, "r1"); !rec.Params.Equal(ldh) {
 		t.Fatalf("r1's params %+v", rec.Params)
 	}
 	if c, _ := f.claimOf(t, ldh); c.RunID != "r1" {
@@ -157,7 +157,7 @@ func TestUndoneRunGivesUpItsInput(t *testing.T) {
 	f.putClaim(t, ldh, "r9")
 
 	f.command(t, s, events.RunStartSubject, startR1)
-	if rec, _ := f.load(t, "r1"); rec.Params != ldh {
+	if rec, _ := f.load(t, "r1"); !rec.Params.Equal(ldh) {
 		t.Fatalf("r1's params %+v", rec.Params)
 	}
 	if c, _ := f.claimOf(t, ldh); c.RunID != "r1" {

@@ -119,7 +119,7 @@ func TestTwoSupervisorsHandlingTwoCopiesOfAStartMakeOneRun(t *testing.T) {
 
 func TestRunFreesGoneOwnersServesCommandsAndExpiresLeases(t *testing.T) {
 	f := setup(t)
-	f.create(t, "old", func(r *kc.Record) { r.Params.Date = "2026-10-12" }) // another night than r1's
+	f.create(t, "old", func(r *kc.Record) { r.Params = kc.StringParams(false, "warehouse", "ldh", "date", "2026-10-12") }) // another night than r1's
 	f.take(t, "old", "a", kc.Owner{Name: "a/host/0", Inbox: "cairn.owner.a.gone000000000000000000"})
 	_, taken := f.load(t, "old")
 	s := f.supervisor(t)

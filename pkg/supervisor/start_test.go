@@ -23,7 +23,7 @@ func TestStartCreatesTheRecordAndPublishesTheFirstStep(t *testing.T) {
 	seq := f.command(t, s, events.RunStartSubject, startR1)
 
 	rec, rev := f.load(t, "r1")
-	if rec.Status != kc.Running || rec.Params != ldh || rec.Lease != nil || rec.Generation != 0 {
+	if rec.Status != kc.Running || !rec.Params.Equal(ldh) || rec.Lease != nil || rec.Generation != 0 {
 		t.Fatalf("record status %s params %+v lease %v generation %d, want running %+v no lease generation 0", rec.Status, rec.Params, rec.Lease, rec.Generation, ldh)
 	}
 	if !slices.Equal(rec.Pipeline, []string{"a", "b", "c"}) {
@@ -114,7 +114,7 @@ func TestStartWithOtherParametersIsRejected(t *testing.T) {
 	seq := f.command(t, s, events.RunStartSubject, body)
 
 	after, rev2 := f.load(t, "r1")
-	if rev2 != rev || after.Params != before.Params || !slices.Equal(after.Requests, before.Requests) {
+	if rev2 != rev || !after.Params.Equal(before.Params) || !slices.Equal(after.Requests, before.Requests) {
 		t.Fatalf("record changed: revision %d -> %d, params %+v, requests %v", rev, rev2, after.Params, after.Requests)
 	}
 	f.nonePublished(t)
