@@ -95,8 +95,9 @@ func TestHTTPLedgerNightAndUndo(t *testing.T) {
 	}
 
 	sup, adjs := n.supplierWithMost()
-	for round := range 2 {
-		if out, code := n.cli("undo", runID, "--supplier", sup, "--wait"); code != 0 {
+	// The first undo names the supplier by its flag, the second by the attribute.
+	for round, scope := range [][]string{{"--supplier", sup}, {"--attr", "supplier=" + sup}} {
+		if out, code := n.cli(append(append([]string{"undo", runID}, scope...), "--wait")...); code != 0 {
 			t.Fatalf("cairn undo exited %d:\n%s", code, out)
 		}
 		rec = n.undone(kc.Done)

@@ -209,10 +209,10 @@ func cmdReject(ctx context.Context, args []string) error {
 
 func cmdUndo(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("undo", flag.ContinueOnError)
-	supplier := fs.String("supplier", "", "undo only this supplier's entries, stock adjustments and debit note (--where supplier=ID)")
+	supplier := fs.String("supplier", "", "undo only this supplier's entries, stock adjustments and debit note (--attr supplier=ID)")
 	step := fs.String("step", "", "undo only this step's effects")
 	where := attrFlags{}
-	fs.Var(where, "where", "undo only the effects whose attribute has this value, ATTR=VALUE (repeatable: every pair must match)")
+	fs.Var(where, "attr", "undo only the effects whose saga attribute has this value, ATTR=VALUE (repeatable: every pair must match)")
 	return runVerb(ctx, fs, args, undoSpec, func() events.Command {
 		c := events.Command{}
 		if *supplier != "" {

@@ -112,7 +112,7 @@ func DateOf(p kc.Params) string { return p.String(ParamDate) }
 
 // AttrSupplier is the attribute of the night's effects an undo selects by: the
 // supplier whose entries, adjustments and note they are (`cairn undo --supplier`,
-// `--where supplier=…`).
+// `--attr supplier=…`).
 const AttrSupplier = "supplier"
 
 // Env is what the night's steps work with.
