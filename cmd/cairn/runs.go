@@ -67,9 +67,13 @@ func cmdStart(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cmd := events.StartCommand{RequestID: "cli-" + nuid.Next(), RunID: *runID, Warehouse: *wh, Date: *date, Shadow: *shadow}
+	cmd := events.StartCommand{RequestID: "cli-" + nuid.Next(), RunID: *runID, Shadow: *shadow,
+		Params: kc.StringParams(false, night.ParamWarehouse, *wh, night.ParamDate, *date).Input}
 	if err := cmd.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if err := night.CheckInput(cmd.Params); err != nil {
+		return fmt.Errorf("%w: start: %v", errUsage, err)
 	}
 	s, err := newSender(ctx)
 	if err != nil {
@@ -84,8 +88,11 @@ func cmdStart(ctx context.Context, args []string) error {
 // another run has this input already: the refusal names it, and cairn start exits 1). The
 // same start of an existing run makes no second one; it says so.
 func (s *sender) start(ctx context.Context, cmd events.StartCommand, wait bool) error {
-	run := cmd.RunIDOrDefault()
-	params := kc.StringParams(cmd.Shadow, night.ParamWarehouse, cmd.Warehouse, night.ParamDate, cmd.Date)
+	run := cmd.RunID
+	if run == "" {
+		run = night.Pipeline.DefaultRunID(cmd.Params)
+	}
+	params := kc.Params{Input: cmd.Params, Shadow: cmd.Shadow}
 	existing, rev, err := s.store.Load(ctx, run)
 	if err != nil && !errors.Is(err, kc.ErrNotFound) {
 		if errors.Is(err, kc.ErrCorrupt) || errors.Is(err, kc.ErrForeignEpoch) || errors.Is(err, kc.ErrNewerSchema) {

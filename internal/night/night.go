@@ -35,6 +35,8 @@ const (
 var Pipeline = pipeline.Definition{
 	Name:       "invoice-reconciliation",
 	Input:      []string{ParamWarehouse, ParamDate},
+	CheckInput: CheckInput,
+	RunID:      RunIDOf,
 	NaturalKey: "warehouse and date; a shadow run is an input of its own",
 	Steps: []pipeline.Step{
 		{

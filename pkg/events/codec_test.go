@@ -18,7 +18,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		typ, subject string
 		data         any
 	}{
-		{TypeRunStart, RunStartSubject, StartCommand{RequestID: "r1", Warehouse: "ldh", Date: "2026-10-13"}},
+		{TypeRunStart, RunStartSubject, StartCommand{RequestID: "r1", Params: nightInput()}},
 		{TypeRunResume, RunSubject(testRun, VerbResume), Command{AfterFix: true}},
 		{TypeRunApprove, RunSubject(testRun, VerbApprove), Command{By: "asha"}},
 		{TypeRunReject, RunSubject(testRun, VerbReject), Command{}},
@@ -242,7 +242,7 @@ func TestEncodeRefuses(t *testing.T) {
 			t.Errorf("%s: err = %v, want ErrInvalid saying %q", tc.name, err, tc.want)
 		}
 	}
-	start := mustEvent(t, "r-1", TypeRunStart, "", StartCommand{Warehouse: "ldh", Date: "2026-10-13"})
+	start := mustEvent(t, "r-1", TypeRunStart, "", StartCommand{Params: nightInput()})
 	if _, err := Encode(RunStartSubject, start); err != nil {
 		t.Errorf("start without run id: %v", err)
 	}

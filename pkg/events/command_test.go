@@ -25,7 +25,7 @@ func TestDecodeCommandPlainStart(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("Validate: %v", err)
 	}
-	if want := (StartCommand{RunID: testRun, Warehouse: "ldh", Date: "2026-10-13"}); c != want {
+	if want := (StartCommand{RunID: testRun, Params: nightInput()}); !reflect.DeepEqual(c, want) {
 		t.Fatalf("command = %+v, want %+v", c, want)
 	}
 }
@@ -45,8 +45,8 @@ func TestDecodeCommandStartWithoutRunID(t *testing.T) {
 	if err := e.Unmarshal(&c); err != nil {
 		t.Fatalf("Unmarshal: %v", err)
 	}
-	if got := c.RunIDOrDefault(); got != testRun {
-		t.Fatalf("RunIDOrDefault = %q, want %q", got, testRun)
+	if want := (StartCommand{RequestID: "req-1", Shadow: true, Params: nightInput()}); !reflect.DeepEqual(c, want) {
+		t.Fatalf("command = %+v, want %+v", c, want)
 	}
 }
 
@@ -77,7 +77,7 @@ func TestDecodeCommandCloudEvent(t *testing.T) {
 	}
 	sameEvent(t, got, e)
 
-	start := mustEvent(t, "req-1", TypeRunStart, "", StartCommand{Warehouse: "ldh", Date: "2026-10-13"})
+	start := mustEvent(t, "req-1", TypeRunStart, "", StartCommand{Params: nightInput()})
 	if m, err = Encode(RunStartSubject, start); err != nil {
 		t.Fatalf("Encode start: %v", err)
 	}
@@ -134,6 +134,12 @@ func TestDecodeCommandNeedsAnID(t *testing.T) {
 	}
 }
 
+// nightInput is the reference night's members of a start.
+func nightInput() map[string]json.RawMessage {
+	return map[string]json.RawMessage{"warehouse": json.RawMessage(`"ldh"`), "date": json.RawMessage(`"2026-10-13"`)}
+}
+
+// A start's framework members are checked here; its input is the pipeline's to check.
 func TestStartCommandValidate(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -141,17 +147,12 @@ func TestStartCommandValidate(t *testing.T) {
 		c     StartCommand
 		field string // "" when valid
 	}{
-		{"valid", StartCommand{Warehouse: "ldh", Date: "2026-10-13"}, ""},
-		{"valid with everything", StartCommand{RequestID: "r:1", RunID: "run-x", Warehouse: "LDH_2", Date: "2026-02-28", Shadow: true}, ""},
-		{"missing warehouse", StartCommand{Date: "2026-10-13"}, "warehouse"},
-		{"dotted warehouse", StartCommand{Warehouse: "l.dh", Date: "2026-10-13"}, `warehouse "l.dh"`},
-		{"missing date", StartCommand{Warehouse: "ldh"}, "date is required"},
-		{"bad date", StartCommand{Warehouse: "ldh", Date: "13/10/2026"}, `date "13/10/2026"`},
-		{"impossible date", StartCommand{Warehouse: "ldh", Date: "2026-02-30"}, `date "2026-02-30"`},
-		{"short date", StartCommand{Warehouse: "ldh", Date: "2026-1-3"}, `date "2026-1-3"`},
-		{"starred run id", StartCommand{RunID: "run*", Warehouse: "ldh", Date: "2026-10-13"}, `run_id "run*"`},
-		{"long run id", StartCommand{RunID: strings.Repeat("r", 65), Warehouse: "ldh", Date: "2026-10-13"}, "run_id"},
-		{"request id with newline", StartCommand{RequestID: "a\nb", Warehouse: "ldh", Date: "2026-10-13"}, "request_id"},
+		{"valid", StartCommand{Params: nightInput()}, ""},
+		{"valid with everything", StartCommand{RequestID: "r:1", RunID: "run-x", Shadow: true, Params: nightInput()}, ""},
+		{"any input", StartCommand{Params: map[string]json.RawMessage{"source": json.RawMessage(`{"mailbox":"ap"}`)}}, ""},
+		{"starred run id", StartCommand{RunID: "run*", Params: nightInput()}, `run_id "run*"`},
+		{"long run id", StartCommand{RunID: strings.Repeat("r", 65), Params: nightInput()}, "run_id"},
+		{"request id with newline", StartCommand{RequestID: "a\nb", Params: nightInput()}, "request_id"},
 	}
 	for _, tc := range cases {
 		err := tc.c.Validate()
@@ -165,9 +166,30 @@ func TestStartCommandValidate(t *testing.T) {
 			t.Errorf("%s: Validate = %v, want ErrInvalid naming %s", tc.name, err, tc.field)
 		}
 	}
-	explicit := StartCommand{RunID: "mine", Warehouse: "ldh", Date: "2026-10-13"}
-	if got := explicit.RunIDOrDefault(); got != "mine" {
-		t.Errorf("RunIDOrDefault = %q, want mine", got)
+}
+
+// A start is one flat object: the framework's members and the pipeline's side by side.
+func TestStartCommandJSON(t *testing.T) {
+	t.Parallel()
+	c := StartCommand{RequestID: "r1", RunID: "run-1", Shadow: true, Params: map[string]json.RawMessage{"date": json.RawMessage(`"2026-10-13"`), "limit": json.RawMessage(`5`)}}
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"date":"2026-10-13","limit":5,"request_id":"r1","run_id":"run-1","shadow":true}`; string(b) != want {
+		t.Fatalf("%s, want %s", b, want)
+	}
+	var back StartCommand
+	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, c) {
+		t.Fatalf("round trip %+v, %v", back, err)
+	}
+	for _, bad := range []string{`{"shadow":"yes"}`, `{"run_id":7}`, `[]`, `null`} {
+		if err := json.Unmarshal([]byte(bad), &back); err == nil {
+			t.Errorf("%s taken", bad)
+		}
+	}
+	if _, err := json.Marshal(StartCommand{Params: map[string]json.RawMessage{"run_id": json.RawMessage(`"x"`)}}); err == nil {
+		t.Error("an input naming run_id was encoded")
 	}
 }
 

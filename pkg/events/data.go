@@ -2,10 +2,10 @@ package events
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"time"
 
 	"github.com/cairnhq/cairn/pkg/identity"
 )
@@ -13,32 +13,84 @@ import (
 // DateLayout is the layout of a run's date.
 const DateLayout = "2006-01-02"
 
-// StartCommand is the data of [TypeRunStart].
+// StartCommand is the data of [TypeRunStart]: the framework's members (request_id, run_id,
+// shadow) and the pipeline's own, its input, carried as given in Params and validated by
+// the pipeline (pipeline.Definition.CheckInput). In JSON one flat object:
+// {"run_id": "...", "date": "2026-10-13", "source": "mailbox-ap"}.
 type StartCommand struct {
-	RequestID string `json:"request_id,omitempty"`
-	RunID     string `json:"run_id,omitempty"`
-	Warehouse string `json:"warehouse"`
-	Date      string `json:"date"`
-	Shadow    bool   `json:"shadow,omitempty"`
+	RequestID string
+	RunID     string
+	Shadow    bool
+	Params    map[string]json.RawMessage
 }
 
-// Validate checks the command: warehouse required and a valid id, date
-// required as 2006-01-02, run_id a valid id when present, request_id free of
-// white space when present. The error names the first bad field and wraps
-// [ErrInvalid].
+// The framework's members of a start.
+const (
+	startRequestID = "request_id"
+	startRunID     = "run_id"
+	startShadow    = "shadow"
+)
+
+// UnmarshalJSON reads the flat object: request_id and run_id strings, shadow a boolean,
+// every other member the pipeline's.
+func (c *StartCommand) UnmarshalJSON(b []byte) error {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(b, &members); err != nil {
+		return err
+	}
+	if members == nil {
+		return errors.New("a start is a JSON object")
+	}
+	var out StartCommand
+	for name, v := range members {
+		var err error
+		switch name {
+		case startRequestID:
+			err = json.Unmarshal(v, &out.RequestID)
+		case startRunID:
+			err = json.Unmarshal(v, &out.RunID)
+		case startShadow:
+			err = json.Unmarshal(v, &out.Shadow)
+		default:
+			if out.Params == nil {
+				out.Params = map[string]json.RawMessage{}
+			}
+			out.Params[name] = v
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("start: %s: %w", name, err)
+		}
+	}
+	*c = out
+	return nil
+}
+
+// MarshalJSON writes the flat object.
+func (c StartCommand) MarshalJSON() ([]byte, error) {
+	m := make(map[string]any, len(c.Params)+3)
+	for k, v := range c.Params {
+		if k == startRequestID || k == startRunID || k == startShadow {
+			return nil, fmt.Errorf("%w: start: the pipeline's input names %q, a member of the framework's", ErrInvalid, k)
+		}
+		m[k] = v
+	}
+	if c.RequestID != "" {
+		m[startRequestID] = c.RequestID
+	}
+	if c.RunID != "" {
+		m[startRunID] = c.RunID
+	}
+	if c.Shadow {
+		m[startShadow] = true
+	}
+	return json.Marshal(m)
+}
+
+// Validate checks the framework's members: run_id a valid id when present, request_id
+// free of white space when present; the pipeline checks its own. The error names the bad
+// field and wraps [ErrInvalid].
 func (c *StartCommand) Validate() error {
-	if c.Warehouse == "" {
-		return fmt.Errorf("%w: start: warehouse is required", ErrInvalid)
-	}
-	if err := ValidID("warehouse", c.Warehouse); err != nil {
-		return fmt.Errorf("%w: start: %w", ErrInvalid, err)
-	}
-	if c.Date == "" {
-		return fmt.Errorf("%w: start: date is required", ErrInvalid)
-	}
-	if _, err := time.Parse(DateLayout, c.Date); err != nil {
-		return fmt.Errorf("%w: start: date %q is not a date like %s", ErrInvalid, c.Date, DateLayout)
-	}
 	if c.RunID != "" {
 		if err := ValidID("run_id", c.RunID); err != nil {
 			return fmt.Errorf("%w: start: %w", ErrInvalid, err)
@@ -50,14 +102,6 @@ func (c *StartCommand) Validate() error {
 		}
 	}
 	return nil
-}
-
-// RunIDOrDefault returns RunID or, when it is empty, run-<date>-<warehouse>.
-func (c StartCommand) RunIDOrDefault() string {
-	if c.RunID != "" {
-		return c.RunID
-	}
-	return "run-" + c.Date + "-" + c.Warehouse
 }
 
 // Command is the data of resume, approve, reject, cancel, rerun and undo.

@@ -16,7 +16,7 @@ func FuzzDecode(f *testing.F) {
 		event   Event
 	}{
 		{StepSubject("fetch", testRun), mustEvent(f, StepReadyID(testRun, "fetch", 3), TypeStepReady, testRun, StepReady{RunID: testRun, Step: "fetch"})},
-		{RunStartSubject, mustEvent(f, "req-1", TypeRunStart, testRun, StartCommand{Warehouse: "ldh", Date: "2026-10-13"})},
+		{RunStartSubject, mustEvent(f, "req-1", TypeRunStart, testRun, StartCommand{Params: nightInput()})},
 		{AuditSubject(testRun), mustEvent(f, "a:1", TypeAudit, testRun, Audit{RunID: testRun, Event: "fenced", Attrs: map[string]string{"k": "v"}})},
 	} {
 		m, err := Encode(e.subject, e.event)

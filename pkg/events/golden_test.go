@@ -20,7 +20,7 @@ func TestGolden(t *testing.T) {
 		StepReady{RunID: testRun, Step: "fetch", Generation: 0})
 	ready.TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	start := mustEvent(t, "start-1", TypeRunStart, testRun,
-		StartCommand{RequestID: "start-1", RunID: testRun, Warehouse: "ldh", Date: "2026-10-13"})
+		StartCommand{RequestID: "start-1", RunID: testRun, Params: nightInput()})
 	cases := []struct {
 		file    string
 		subject string

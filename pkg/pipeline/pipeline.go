@@ -3,8 +3,13 @@
 package pipeline
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -89,10 +94,34 @@ type Definition struct {
 	// and the order its members are read in (a step's input fingerprint, the key's text).
 	// Members a start carries beyond it follow, sorted.
 	Input []string
+	// CheckInput validates a start's members, the pipeline's input (all but request_id,
+	// run_id and shadow), before anything is made of it: its error is the start's
+	// rejection reason. Nil takes any members.
+	CheckInput func(input map[string]json.RawMessage) error
+	// RunID names a run started without a run_id, from its input; nil: DefaultRunID's.
+	RunID func(input map[string]json.RawMessage) string
 	// NaturalKey says, for a person, what makes two starts the same input (the natural
 	// key the supervisor claims in cairn-natural-keys: a second start of it is refused
 	// naming the first run); empty: none, so two starts of one input are two runs.
 	NaturalKey string
+}
+
+// DefaultRunID is the run id of a start without one: the pipeline's RunID, or else "run-"
+// and 16 hex of the sha256 of the input's members (names sorted, values compacted), so the
+// same input always names the same run.
+func (d Definition) DefaultRunID(input map[string]json.RawMessage) string {
+	if d.RunID != nil {
+		return d.RunID(input)
+	}
+	h := sha256.New()
+	for _, k := range slices.Sorted(maps.Keys(input)) {
+		var v bytes.Buffer
+		if json.Compact(&v, input[k]) != nil {
+			v.Write(input[k])
+		}
+		fmt.Fprintf(h, "%s=%s\n", k, v.Bytes())
+	}
+	return "run-" + hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // Names returns the step names in order.

@@ -44,14 +44,22 @@ func (s *Supervisor) start(ctx context.Context, ev events.Event) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	runID := c.RunIDOrDefault()
+	if check := s.cfg.Pipeline.CheckInput; check != nil {
+		if err := check(c.Params); err != nil {
+			return fmt.Errorf("%w: start: %w", events.ErrInvalid, err)
+		}
+	}
+	runID := c.RunID
+	if runID == "" {
+		runID = s.cfg.Pipeline.DefaultRunID(c.Params)
+	}
 	if err := events.ValidID("run_id", runID); err != nil {
 		return err
 	}
 	ev.Subject = runID
 	ctx, span := tracing.Start(ctx, ev, "run start")
 	defer span.End()
-	params := kc.StringParams(c.Shadow, "warehouse", c.Warehouse, "date", c.Date)
+	params := kc.Params{Input: c.Params, Shadow: c.Shadow}
 	if rec, rev, err := s.cfg.Store.Load(ctx, runID); !errors.Is(err, kc.ErrNotFound) {
 		if err != nil {
 			return err

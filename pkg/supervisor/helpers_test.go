@@ -2,7 +2,9 @@ package supervisor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -27,11 +29,44 @@ const (
 )
 
 // abc is the test pipeline: a leased step, a lease-free one, and a leased last step.
-var abc = pipeline.Definition{Name: "abc", Steps: []pipeline.Step{
-	{Name: "a", Kind: pipeline.SourceRead, Leased: true},
-	{Name: "b", Kind: pipeline.Compute},
-	{Name: "c", Kind: pipeline.OutsideMessage, Leased: true},
-}}
+var abc = pipeline.Definition{Name: "abc", Input: []string{"warehouse", "date"}, CheckInput: abcInput, RunID: abcRunID,
+	Steps: []pipeline.Step{
+		{Name: "a", Kind: pipeline.SourceRead, Leased: true},
+		{Name: "b", Kind: pipeline.Compute},
+		{Name: "c", Kind: pipeline.OutsideMessage, Leased: true},
+	}}
+
+// abcInput is the test pipeline's check of a start's input, the night's shape: a warehouse
+// and a date, nothing else.
+func abcInput(m map[string]json.RawMessage) error {
+	for k := range m {
+		if k != "warehouse" && k != "date" {
+			return fmt.Errorf("unknown field %q", k)
+		}
+	}
+	var in struct{ Warehouse, Date string }
+	b, _ := json.Marshal(m)
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	switch {
+	case in.Warehouse == "":
+		return errors.New("warehouse is required")
+	case in.Date == "":
+		return errors.New("date is required")
+	}
+	if _, err := time.Parse(events.DateLayout, in.Date); err != nil {
+		return fmt.Errorf("date %q is not a date", in.Date)
+	}
+	return nil
+}
+
+func abcRunID(m map[string]json.RawMessage) string {
+	var in struct{ Warehouse, Date string }
+	b, _ := json.Marshal(m)
+	_ = json.Unmarshal(b, &in)
+	return "run-" + in.Date + "-" + in.Warehouse
+}
 
 var ldh = kc.StringParams(false, "warehouse", "ldh", "date", "2026-10-13")
 
