@@ -28,7 +28,7 @@ type canonical struct {
 	tmp    []byte // scratch for sorting an object's members
 	sum    []byte // the top-level "sum" string, as written (no escapes)
 	mem    []member
-	names  []string // scratch for sorting step names
+	names  []string // scratch for sorting step names, and params' member names before them
 	hasSum bool
 	hasSig bool
 	sumAt  int // canonicalRecord: where "sum" goes in out, between stock_snapshot and undo

@@ -465,8 +465,12 @@ func (c *canonical) params(p Params) bool {
 	if _, bad := p.Input[ShadowMember]; bad {
 		return false
 	}
-	names := append(p.Names(), ShadowMember)
+	names := append(c.names[:0], ShadowMember) // the scratch of step names, free until steps
+	for k := range p.Input {
+		names = append(names, k)
+	}
 	slices.Sort(names)
+	c.names = names
 	c.out = append(c.out, '{')
 	ok := true
 	for i, name := range names {
