@@ -14,6 +14,14 @@ import (
 // of its own, "<attribute>_id" with a string value ("region_id": "north"), which is read
 // as that attribute (Attrs["region"]), unless Attrs names it too.
 func (r *Record) UnmarshalJSON(b []byte) error {
+	type plain Record // without this method
+	// Every record of this release decodes in one pass; only one that does not is looked
+	// at member by member.
+	var out plain
+	if err := strict(b, &out); err == nil {
+		*r = Record(out)
+		return nil
+	}
 	var members map[string]json.RawMessage
 	if err := json.Unmarshal(b, &members); err != nil {
 		return err
@@ -31,8 +39,7 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 		legacy[attr] = value
 		delete(members, name)
 	}
-	type plain Record // without this method
-	var out plain
+	out = plain{}
 	if len(legacy) == 0 {
 		if err := strict(b, &out); err != nil {
 			return err
