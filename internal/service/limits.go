@@ -33,24 +33,18 @@ func (c Config) LedgerLimit() ratelimit.Limit {
 	return ratelimit.Limit{Bucket: assets.BucketLimits, Key: LedgerLimitKey, PerSecond: c.LedgerRPS, Burst: LedgerBurst}
 }
 
-// limitMetrics counts lim's grants and waits.
-func limitMetrics(m *metrics.Metrics, lim *ratelimit.Limiter) {
-	m.CounterFunc("cairn_model_limit_grants_total", "Model calls granted by the shared CAIRN_MODEL_RPS limit.",
+// limitMetrics counts the grants, waits, lost bookings, unreachable bucket and holds of
+// lim, the shared limit of system (cairn_<system>_limit_…), declared by setting.
+func limitMetrics(m *metrics.Metrics, lim *ratelimit.Limiter, system, setting string) {
+	name := func(what string) string { return "cairn_" + system + "_limit_" + what }
+	m.CounterFunc(name("grants_total"), "Calls to "+system+" granted by the shared "+setting+" limit.",
 		func() float64 { return float64(lim.Stats().Grants) })
-	m.CounterFunc("cairn_model_limit_wait_seconds_total", "Time model calls waited for the shared CAIRN_MODEL_RPS limit, not counted in CAIRN_MODEL_TIMEOUT.",
+	m.CounterFunc(name("wait_seconds_total"), "Time calls to "+system+" waited for the shared "+setting+" limit (holds included), not counted in the call's timeout.",
 		func() float64 { return lim.Stats().Waited.Seconds() })
-	m.CounterFunc("cairn_model_limit_conflicts_total", "Bookings of the model's limit lost to another instance's, and tried again.",
+	m.CounterFunc(name("conflicts_total"), "Bookings of the "+system+" limit lost to another instance's, and tried again.",
 		func() float64 { return float64(lim.Stats().Conflicts) })
-	m.CounterFunc("cairn_model_limit_unreachable_total", "Reads or writes of cairn-limits that failed; no call goes without a booking.",
+	m.CounterFunc(name("unreachable_total"), "Reads or writes of cairn-limits for "+system+" that failed; no call goes without a booking.",
 		func() float64 { return float64(lim.Stats().Unreachable) })
-}
-
-// ledgerLimitMetrics counts the grants, waits and holds of the ledger API's limit.
-func ledgerLimitMetrics(m *metrics.Metrics, lim *ratelimit.Limiter) {
-	m.CounterFunc("cairn_ledger_limit_grants_total", "Ledger API calls granted by the shared CAIRN_LEDGER_RPS limit.",
-		func() float64 { return float64(lim.Stats().Grants) })
-	m.CounterFunc("cairn_ledger_limit_wait_seconds_total", "Time ledger API calls waited for the shared CAIRN_LEDGER_RPS limit, holds included.",
-		func() float64 { return lim.Stats().Waited.Seconds() })
-	m.CounterFunc("cairn_ledger_limit_holds_total", "Retry-After answers of the ledger API held in the shared limit, for every instance.",
+	m.CounterFunc(name("holds_total"), "Retry-After answers of "+system+" held in the shared limit, for every instance.",
 		func() float64 { return float64(lim.Stats().Holds) })
 }

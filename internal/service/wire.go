@@ -220,7 +220,7 @@ func (d *Deps) NightEnv(ctx context.Context, names ...string) (*night.Env, func(
 			erp.Close()
 			return nil, nil, fmt.Errorf("CAIRN_MODEL_RPS: %w", err)
 		}
-		limitMetrics(d.Metrics, lim)
+		limitMetrics(d.Metrics, lim, ModelLimitKey, "CAIRN_MODEL_RPS")
 		extractor = recon.NewModelExtractor(c.ModelURL, c.ModelName, string(c.ModelKey), lim, c.ModelTimeout)
 	}
 	env := &night.Env{
@@ -238,7 +238,7 @@ func (d *Deps) ledgerClient(ctx context.Context) (*ledgerapi.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("CAIRN_LEDGER_RPS: %w", err)
 	}
-	ledgerLimitMetrics(d.Metrics, lim)
+	limitMetrics(d.Metrics, lim, LedgerLimitKey, "CAIRN_LEDGER_RPS")
 	api, err := ledgerapi.NewClient(ledgerapi.ClientConfig{URL: c.LedgerURL, CallTimeout: c.LedgerTimeout, Limiter: lim, Outage: c.LedgerOutage})
 	if err != nil {
 		return nil, settingError{fmt.Errorf("CAIRN_LEDGER_URL: %w", err)}
