@@ -35,8 +35,6 @@ type ClientConfig struct {
 	// heartbeat holds its lease meanwhile, so a ledger restarted for maintenance costs
 	// the run a pause, not an attempt the loop guard counts.
 	Outage time.Duration
-	// After is the timer of those waits (default time.After); tests pass their own.
-	After func(time.Duration) <-chan time.Time
 }
 
 // DefaultOutage is the default of ClientConfig.Outage.
@@ -69,9 +67,6 @@ func NewClient(c ClientConfig) (*Client, error) {
 	}
 	if c.Outage == 0 {
 		c.Outage = DefaultOutage
-	}
-	if c.After == nil {
-		c.After = time.After
 	}
 	base := strings.TrimRight(c.URL, "/")
 	wc, err := httpidem.NewClient(httpidem.ClientConfig{Transport: c.Transport, CallTimeout: c.CallTimeout, Limiter: c.Limiter})
@@ -278,27 +273,15 @@ func (b *Book) Reversal(ctx context.Context, key, createdAt string) (books.Entry
 }
 
 // outlast calls fn until it returns anything but a temporary error, or the outage budget
-// from the first failure is spent; the last error is returned.
+// from the first failure is spent (outagePolicy within ClientConfig.Outage).
 func (c *Client) outlast(ctx context.Context, fn func() error) error {
-	var deadline time.Time
-	for n := 0; ; n++ {
-		err := fn()
-		if !retry.IsTemporary(err) || c.cfg.Outage < 0 || errors.Is(err, fence.ErrFenced) {
-			return err
-		}
-		if n == 0 {
-			deadline = time.Now().Add(c.cfg.Outage)
-		}
-		d := outagePolicy.Delay(n)
-		if time.Now().Add(d).After(deadline) {
-			return err
-		}
-		select {
-		case <-c.cfg.After(d):
-		case <-ctx.Done():
-			return err
-		}
+	if c.cfg.Outage < 0 {
+		return fn()
 	}
+	p := outagePolicy
+	p.Within = c.cfg.Outage
+	return p.Do(ctx, func(err error) bool { return retry.IsTemporary(err) && !errors.Is(err, fence.ErrFenced) },
+		func(int) error { return fn() })
 }
 
 // maxAnswer bounds the answer read: a run's list of entries included.

@@ -17,6 +17,9 @@ type Policy struct {
 	Max    time.Duration // no wait is longer, jitter included; 0: no cap
 	Jitter float64       // each wait is drawn evenly within ±Jitter of its base (0.1: ±10%)
 	Tries  int           // the most tries Do makes; 0: until ctx ends
+	// Within bounds how long Do keeps trying, from the first failed try: it makes no wait
+	// that would end later, and returns the last error instead. 0: no bound.
+	Within time.Duration
 	// Rand draws the jitter, evenly in [0, 1); nil is math/rand/v2's Float64. Tests fix it.
 	Rand func() float64
 }
@@ -60,31 +63,46 @@ func (p Policy) Delay(n int) time.Duration {
 	return lo + time.Duration(r()*float64(hi-lo))
 }
 
+// Do calls fn (with the try number, from 0) until it returns nil or an error retryable
+// does not accept, or Tries tries failed, or the next wait would end past Within, waiting
+// Delay(try) after each failed try; retryable is asked only when a try remains, so it may
+// count the retries. It returns fn's last error, or ctx's error when ctx ends during a wait.
+func (p Policy) Do(ctx context.Context, retryable func(error) bool, fn func(try int) error) error {
+	var deadline time.Time
+	for try := 0; ; try++ {
+		err := fn(try)
+		if err == nil || (p.Tries > 0 && try+1 >= p.Tries) {
+			return err
+		}
+		d := p.Delay(try)
+		if p.Within > 0 {
+			if try == 0 {
+				deadline = time.Now().Add(p.Within)
+			}
+			if time.Now().Add(d).After(deadline) {
+				return err
+			}
+		}
+		if !retryable(err) {
+			return err
+		}
+		if werr := wait(ctx, d); werr != nil {
+			return werr
+		}
+	}
+}
+
 // Wait waits Delay(n), or until ctx ends (its error).
-func (p Policy) Wait(ctx context.Context, n int) error {
-	t := time.NewTimer(p.Delay(n))
+func (p Policy) Wait(ctx context.Context, n int) error { return wait(ctx, p.Delay(n)) }
+
+func wait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-t.C:
 		return nil
-	}
-}
-
-// Do calls fn (with the try number, from 0) until it returns nil or an error retryable
-// does not accept, or Tries tries failed, waiting Delay(try) after each failed try; retryable
-// is asked only when a try remains, so it may count the retries. It returns fn's last
-// error, or ctx's error when ctx ends during a wait.
-func (p Policy) Do(ctx context.Context, retryable func(error) bool, fn func(try int) error) error {
-	for try := 0; ; try++ {
-		err := fn(try)
-		if err == nil || (p.Tries > 0 && try+1 >= p.Tries) || !retryable(err) {
-			return err
-		}
-		if werr := p.Wait(ctx, try); werr != nil {
-			return werr
-		}
 	}
 }
 

@@ -115,6 +115,25 @@ func TestDoStopsWithItsContext(t *testing.T) {
 	}
 }
 
+// Within bounds the retries from the first failure: a wait that would end past it is not
+// made, and the last error is returned (not a context's), without asking retryable.
+func TestDoStopsWithin(t *testing.T) {
+	t.Parallel()
+	asked := 0
+	retryable := func(err error) bool { asked++; return retry.IsTemporary(err) }
+	calls := 0
+	p := retry.Policy{First: time.Hour, Within: time.Minute}
+	err := p.Do(t.Context(), retryable, func(int) error { calls++; return retry.Temporary(errors.New("down")) })
+	if calls != 1 || asked != 0 || !retry.IsTemporary(err) || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("%d calls, %d asked, error %v: want one call and its error", calls, asked, err)
+	}
+	calls = 0
+	p = retry.Policy{First: time.Millisecond, Factor: 1, Within: time.Hour, Tries: 4}
+	if err := p.Do(t.Context(), retry.IsTemporary, func(int) error { calls++; return retry.ErrTemporary }); calls != 4 || err == nil {
+		t.Errorf("%d calls, error %v: want Tries to end it within a long Within", calls, err)
+	}
+}
+
 func TestTemporaryMarks(t *testing.T) {
 	t.Parallel()
 	base := errors.New("connection reset")
