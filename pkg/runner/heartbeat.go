@@ -16,26 +16,26 @@ import (
 // the store of 9) while a heartbeat renews the lease and the message. A renewal that finds
 // the lease gone cancels the step at once. The heartbeat stops before the commit.
 func (r *Runner) runWithHeartbeat(ctx context.Context, m jetstream.Msg, a *Attempt, h *kc.Holder) (*Result, outputs, error) {
-	stepCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	hb := r.startHeartbeat(stepCtx, cancel, m, a, h)
-	res, err := r.cfg.Step.Run(stepCtx, a)
-	if err == nil && res == nil {
-		res = &Result{}
-	}
-	var outs outputs
-	if err == nil {
-		outs, err = r.saveAndVerify(stepCtx, a, res)
-	}
-	hb.stop()
-	if cause := context.Cause(stepCtx); err != nil && errors.Is(cause, kc.ErrFenced) {
-		err = cause
-	}
+	var (
+		res  *Result
+		outs outputs
+	)
+	err := r.beating(ctx, m, a, h, func(ctx context.Context) error {
+		var err error
+		if res, err = r.cfg.Step.Run(ctx, a); err != nil {
+			return err
+		}
+		if res == nil {
+			res = &Result{}
+		}
+		outs, err = r.saveAndVerify(ctx, a, res)
+		return err
+	})
 	return res, outs, err
 }
 
-// beating runs fn, work of a leased attempt before Run, under the heartbeat; a lease lost
-// meanwhile is its error, as in runWithHeartbeat.
+// beating runs fn, work of a leased attempt (Run, and the loop guard and fences before it),
+// under the heartbeat; a lease lost meanwhile is its error.
 func (r *Runner) beating(ctx context.Context, m jetstream.Msg, a *Attempt, h *kc.Holder, fn func(context.Context) error) error {
 	bctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
