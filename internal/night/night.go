@@ -135,9 +135,9 @@ type Env struct {
 	MaxDocumentBytes int64
 }
 
-// ledger is the book post-ledger writes (shadow: the shadow tables): over HTTP when
-// LedgerAPI is set, else the ledger database.
-func (e *Env) ledger(shadow bool) books.Book {
+// LedgerBook is the book post-ledger and the compensator write (shadow: the shadow
+// tables): over HTTP when LedgerAPI is set, else the ledger database.
+func (e *Env) LedgerBook(shadow bool) books.Book {
 	if e.LedgerAPI != nil {
 		return e.LedgerAPI.Ledger(shadow)
 	}

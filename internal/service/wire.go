@@ -301,7 +301,7 @@ func (d *Deps) storeOf(name string) *kc.Store { return d.Store.As(d.signers[name
 // RunCompensator runs the compensator (undo) until ctx ends.
 func (d *Deps) RunCompensator(ctx context.Context, env *night.Env) error {
 	c, err := undo.New(undo.Config{
-		JS: d.JS, Store: d.storeOf("compensator"), Ledger: env.Ledger, LedgerAPI: env.LedgerAPI, ERP: env.ERP, Marks: d.Marks, Handovers: d.Handovers, Heartbeat: d.Config.Heartbeat,
+		JS: d.JS, Store: d.storeOf("compensator"), Ledger: env.LedgerBook, ERP: env.ERP, Marks: d.Marks, Handovers: d.Handovers, Heartbeat: d.Config.Heartbeat,
 		TakeoverGap: d.Config.TakeoverGap, Faults: d.Faults, Now: d.Now, Logger: d.Logger, RetryAttempts: d.Config.RetryAttempts,
 	})
 	if err != nil {

@@ -23,7 +23,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/internal/books"
-	"github.com/cairnhq/cairn/internal/ledgerapi"
 	"github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/audit"
@@ -43,12 +42,12 @@ const Step = kc.UndoLease
 
 // Config is what the compensator needs.
 type Config struct {
-	JS          jetstream.JetStream
-	Store       *kc.Store
-	Ledger, ERP *books.DB
-	// LedgerAPI, when set (CAIRN_LEDGER_URL), is the ledger the reversals are written
-	// through, over HTTP; Ledger is then not used.
-	LedgerAPI   *ledgerapi.Client
+	JS    jetstream.JetStream
+	Store *kc.Store
+	// Ledger is the ledger (shadow: its shadow tables) the reversals of ledger rows are
+	// written through: the ledger database, or its API (night.Env.LedgerBook).
+	Ledger      func(shadow bool) books.Book
+	ERP         *books.DB
 	Marks       jetstream.KeyValue // cairn-outbox-sent
 	Handovers   jetstream.KeyValue // cairn-handovers: the note of an undo handed over (may be nil: no note)
 	Heartbeat   time.Duration      // default 5s
@@ -81,7 +80,7 @@ func New(c Config) (*Compensator, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.JS == nil || c.Store == nil || (c.Ledger == nil && c.LedgerAPI == nil) || c.ERP == nil || c.Marks == nil {
+	if c.JS == nil || c.Store == nil || c.Ledger == nil || c.ERP == nil || c.Marks == nil {
 		return nil, errors.New("compensator: needs JetStream, the checkpoint store, both databases and the outbox marks")
 	}
 	owner := runner.NewOwner("compensator")
@@ -278,7 +277,7 @@ func (c *Compensator) reverse(ctx context.Context, m jetstream.Msg, h *kc.Holder
 	token := fence.Token{RunID: runID, Epoch: c.cfg.Store.Epoch(), Value: h.Token()}
 	log := c.log.With(slog.String("run_id", runID), slog.Uint64("token", token.Value))
 	shadow := cur.Params.Shadow
-	ledger, stock := c.ledger(shadow), c.cfg.ERP.Stock(shadow)
+	ledger, stock := c.cfg.Ledger(shadow), c.cfg.ERP.Stock(shadow)
 	if err := ledger.RaiseFence(ctx, token); err != nil {
 		return c.stop(ctx, h, err)
 	}
@@ -340,14 +339,6 @@ func (c *Compensator) reverse(ctx context.Context, m jetstream.Msg, h *kc.Holder
 	c.record(ctx, runID, "undo.done", h.Token(), fmt.Sprintf("%d of %d effects reversed", done.Undo.Reversed, len(plan)))
 	log.Info("undo done", slog.Int("reversed", done.Undo.Reversed), slog.Int("effects", len(plan)))
 	return nil
-}
-
-// ledger is the book the reversals of ledger rows are written through.
-func (c *Compensator) ledger(shadow bool) books.Book {
-	if c.cfg.LedgerAPI != nil {
-		return c.cfg.LedgerAPI.Ledger(shadow)
-	}
-	return c.cfg.Ledger.Ledger(shadow)
 }
 
 // apply makes one effect's reversal; made says whether it made a new one.
