@@ -20,6 +20,7 @@ import (
 	"github.com/cairnhq/cairn/internal/ledgerapi"
 	"github.com/cairnhq/cairn/internal/recon"
 	"github.com/cairnhq/cairn/internal/service"
+	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/tracing"
 )
@@ -119,19 +120,7 @@ func embedded(c service.Config) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("CAIRN_NATS_URL %q: port %q: %w", c.NATSURL, portText, err)
 	}
-	opts := &server.Options{
-		ServerName: "cairn-dev", Host: host, Port: port, JetStream: true,
-		StoreDir: filepath.Join(c.DataDir, "nats"), NoSigs: true, NoLog: true,
-	}
-	s, err := server.NewServer(opts)
-	if err != nil {
-		return nil, fmt.Errorf("embedded nats-server: %w", err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(15 * time.Second) {
-		return nil, fmt.Errorf("embedded nats-server on %s did not start", u.Host)
-	}
-	return s, nil
+	return app.Embedded("cairn-dev", host, port, filepath.Join(c.DataDir, "nats"))
 }
 
 // createTables creates every table of the ledger and of the ERP where missing.

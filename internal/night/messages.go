@@ -155,17 +155,17 @@ func (s debitNotesStep) standingNotes(ctx context.Context, a *runner.Attempt) ([
 // withdrawal (or, never sent, by cancelling it); a withdrawal is never reversed. Its digest
 // (outbox.Digest) is what a restart's copy must match: the outbox cannot compare copies
 // queued under different tokens.
-func mailEffects(a *runner.Attempt, ms []outbox.Message, ops rowOps[outbox.Message]) []effect {
-	out := make([]effect, len(ms))
+func mailEffects(a *runner.Attempt, ms []outbox.Message, ops rowOps[outbox.Message]) []runner.Effect {
+	out := make([]runner.Effect, len(ms))
 	for i, m := range ms {
 		supplier := ""
 		if m.Kind == "debit" {
 			supplier = baseKey(strings.TrimPrefix(m.Key, a.RunID+":debit:"))
 		}
-		out[i] = effect{key: m.Key, supplier: supplier, payload: intentOf(m), digest: outbox.Digest(m)}
+		out[i] = runner.Effect{Key: m.Key, Attrs: supplierAttrs(supplier), Payload: intentOf(m), Digest: outbox.Digest(m)}
 		if m.Reverses == "" {
 			w := ops.reversal(m)
-			out[i].reverse = reverseWith(saga.Mail, w, w.Key)
+			out[i].Reverse = reverseWith(saga.Mail, w, w.Key)
 		}
 	}
 	return out

@@ -8,28 +8,15 @@ import (
 
 	"github.com/cairnhq/cairn/internal/books"
 	"github.com/cairnhq/cairn/internal/recon"
-	"github.com/cairnhq/cairn/pkg/faults"
 	"github.com/cairnhq/cairn/pkg/fence"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/runner"
 	"github.com/cairnhq/cairn/pkg/saga"
 )
 
-// effect is one outside write of a step, as its saga records describe it.
-type effect struct {
-	key      string
-	supplier string
-	payload  any
-	digest   string        // what the key stands for, compared with an earlier attempt's; "" when the outside system compares
-	reverse  *saga.Reverse // nil for a write that is itself a reversal
-}
-
-// keyed walks a step's writes in ascending key order, firing the write faults around each.
-// Every write's intent is on CAIRN_SAGA before it is made, and its outcome after. A write
-// whose key an earlier attempt meant to write with another digest is refused before it is
-// made (idempotency.ErrConflict, naming both digests): the run is handed over.
-func keyed(ctx context.Context, a *runner.Attempt, effs []effect, write func(i int) error) error {
-	return keyedReceipts(ctx, a, effs, func(i int) (*saga.Receipt, error) { return nil, write(i) })
+// keyed makes a step's writes through a.Keyed, for writes that leave no receipt.
+func keyed(ctx context.Context, a *runner.Attempt, effs []runner.Effect, write func(i int) error) error {
+	return a.Keyed(ctx, effs, func(_ context.Context, i int) (*saga.Receipt, error) { return nil, write(i) })
 }
 
 // receiptPoster is a book whose writes leave a receipt (the ledger over HTTP).
@@ -37,70 +24,12 @@ type receiptPoster interface {
 	PostReceipt(ctx context.Context, t fence.Token, e books.Entry) (bool, saga.Receipt, error)
 }
 
-// keyedReceipts is keyed for writes that may leave a receipt (an HTTP answer's status,
-// reference and digest): a write's outcome record carries the receipt of its last try.
-func keyedReceipts(ctx context.Context, a *runner.Attempt, effs []effect, write func(i int) (*saga.Receipt, error)) error {
-	var prior saga.Intents
-	if slices.ContainsFunc(effs, func(e effect) bool { return e.digest != "" }) {
-		var err error
-		if prior, err = a.Intents(ctx); err != nil {
-			return err
-		}
+// supplierAttrs are the attributes of an effect of supplier's (none without one).
+func supplierAttrs(supplier string) map[string]string {
+	if supplier == "" {
+		return nil
 	}
-	for i, e := range effs {
-		n := i + 1
-		if err := a.Fault(ctx, faults.BeforeWrite, n); err != nil {
-			return err
-		}
-		intent := sagaRecord(a, e, saga.Intent)
-		if err := prior.Refuses(intent); err != nil {
-			return fmt.Errorf("writing %s: %w", e.key, err)
-		}
-		if err := a.RecordEffect(ctx, intent); err != nil {
-			return runner.Temporary(err)
-		}
-		var receipt *saga.Receipt
-		err := a.Retry(ctx, func(try int) error {
-			rc, err := write(i)
-			if err != nil {
-				return err
-			}
-			receipt = rc
-			return a.Fault(ctx, faults.LostReply, n)
-		})
-		if err != nil {
-			return fmt.Errorf("writing %s: %w", e.key, err)
-		}
-		outcome := sagaRecord(a, e, saga.Outcome)
-		if receipt != nil {
-			if outcome, err = saga.WithReceipt(intent, *receipt); err != nil {
-				return err
-			}
-		}
-		if err := a.RecordEffect(ctx, outcome); err != nil {
-			return runner.Temporary(err)
-		}
-		if err := a.Fault(ctx, faults.AfterWrite, n); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func sagaRecord(a *runner.Attempt, e effect, phase string) saga.Record {
-	r := saga.Record{Key: e.key, RunID: a.RunID, Step: a.Step, Generation: a.Generation, Token: a.Token.Value,
-		Phase: phase, Reverse: e.reverse}
-	if e.supplier != "" {
-		r.Attrs = map[string]string{AttrSupplier: e.supplier}
-	}
-	if phase == saga.Intent {
-		r.Payload, _ = json.Marshal(e.payload)
-		r.Digest = e.digest
-	} else {
-		r.Outcome = "done"
-		r.Reverse = nil
-	}
-	return r
+	return map[string]string{AttrSupplier: supplier}
 }
 
 // reverseWith is how to reverse a row: write rev (its reversal) in system.
@@ -109,25 +38,25 @@ func reverseWith(system string, rev any, key string) *saga.Reverse {
 	return &saga.Reverse{System: system, Key: key, Payload: b}
 }
 
-func ledgerEffects(es []books.Entry) []effect {
-	out := make([]effect, len(es))
+func ledgerEffects(es []books.Entry) []runner.Effect {
+	out := make([]runner.Effect, len(es))
 	for i, e := range es {
-		out[i] = effect{key: e.Key, supplier: e.SupplierID, payload: e}
+		out[i] = runner.Effect{Key: e.Key, Attrs: supplierAttrs(e.SupplierID), Payload: e}
 		if e.Reverses == "" {
 			rev := ledgerOps.reversal(e)
-			out[i].reverse = reverseWith(SystemLedger, rev, rev.Key)
+			out[i].Reverse = reverseWith(SystemLedger, rev, rev.Key)
 		}
 	}
 	return out
 }
 
-func stockEffects(as []books.Adjustment) []effect {
-	out := make([]effect, len(as))
+func stockEffects(as []books.Adjustment) []runner.Effect {
+	out := make([]runner.Effect, len(as))
 	for i, x := range as {
-		out[i] = effect{key: x.Key, supplier: x.SupplierID, payload: x}
+		out[i] = runner.Effect{Key: x.Key, Attrs: supplierAttrs(x.SupplierID), Payload: x}
 		if x.Reverses == "" {
 			rev := stockOps.reversal(x)
-			out[i].reverse = reverseWith(SystemStock, rev, rev.Key)
+			out[i].Reverse = reverseWith(SystemStock, rev, rev.Key)
 		}
 	}
 	return out
@@ -174,7 +103,7 @@ func (s postLedgerStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Res
 		return nil, err
 	}
 	l := s.e.LedgerBook(a.Params.Shadow)
-	if err := keyedReceipts(ctx, a, ledgerEffects(writes), func(i int) (*saga.Receipt, error) {
+	if err := a.Keyed(ctx, ledgerEffects(writes), func(ctx context.Context, i int) (*saga.Receipt, error) {
 		if rp, ok := l.(receiptPoster); ok {
 			_, rc, err := rp.PostReceipt(ctx, a.Token, writes[i])
 			return &rc, err

@@ -4,15 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/identity"
 )
 
@@ -22,7 +18,7 @@ import (
 // register every service's public key in cairn-keys.
 
 // seedFile is where service name's seed is kept in CAIRN_SIGNING_SEED_DIR.
-func (c Config) seedFile(name string) string { return filepath.Join(c.SigningSeedDir, name+".seed") }
+func (c Config) seedFile(name string) string { return identity.SeedFile(c.SigningSeedDir, name) }
 
 // Signers returns the signer of each named service, from CAIRN_SIGNING_SEED (one service)
 // or CAIRN_SIGNING_SEED_DIR; a missing or bad seed is an error naming the variable.
@@ -54,67 +50,17 @@ func (c Config) Signers(names ...string) (map[string]*identity.Signer, error) {
 	return out, errors.Join(errs...)
 }
 
-// EnsureSeed returns the public key of service name's seed, dir/<name>.seed, making the
-// folder (0700) and the seed (0600) when missing; a seed is never overwritten.
-func EnsureSeed(dir, name string) (string, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, name+".seed")
-	seed, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		s, gerr := identity.NewSeed()
-		if gerr != nil {
-			return "", gerr
-		}
-		seed = []byte(s + "\n")
-		f, oerr := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if oerr != nil {
-			return "", oerr
-		}
-		_, err = f.Write(seed)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err != nil {
-		return "", err
-	}
-	pub, err := identity.PublicKeyOf(strings.TrimSpace(string(seed)))
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", path, err)
-	}
-	return pub, nil
-}
+// EnsureSeed returns the public key of service name's seed, dir/<name>.seed, making it
+// when missing (identity.EnsureSeed).
+func EnsureSeed(dir, name string) (string, error) { return identity.EnsureSeed(dir, name) }
 
 // RegisterKeys registers the public key of every named service in cairn-keys, from its seed
 // in CAIRN_SIGNING_SEED_DIR (made there when missing), and records the seal once (package
 // identity): admin only, as cairn init and cairn dev run it. It returns the seal that holds.
 func RegisterKeys(ctx context.Context, js jetstream.JetStream, c Config, names ...string) (identity.Seal, error) {
-	kv, err := js.KeyValue(ctx, assets.BucketKeys)
+	seal, err := identity.RegisterSeeds(ctx, js, c.SigningSeedDir, names...)
 	if err != nil {
-		return identity.Seal{}, fmt.Errorf("looking up bucket %s: %w", assets.BucketKeys, err)
+		return seal, fmt.Errorf("CAIRN_SIGNING_SEED_DIR: %w", err)
 	}
-	for _, name := range names {
-		pub, err := EnsureSeed(c.SigningSeedDir, name)
-		if err != nil {
-			return identity.Seal{}, fmt.Errorf("CAIRN_SIGNING_SEED_DIR: %w", err)
-		}
-		if have, err := identity.Registered(ctx, kv, name); err != nil {
-			return identity.Seal{}, err
-		} else if have != pub {
-			if err := identity.Register(ctx, kv, name, pub); err != nil {
-				return identity.Seal{}, err
-			}
-		}
-	}
-	seal := identity.Seal{At: time.Now().UTC().Format(time.RFC3339)}
-	for stream, seq := range map[string]*uint64{"KV_" + assets.BucketRuns: &seal.Runs, assets.StreamSaga: &seal.Saga, assets.StreamOutbox: &seal.Outbox} {
-		st, err := js.Stream(ctx, stream)
-		if err != nil {
-			return identity.Seal{}, fmt.Errorf("sealing: stream %s: %w", stream, err)
-		}
-		*seq = st.CachedInfo().State.LastSeq
-	}
-	return identity.SealOnce(ctx, kv, seal)
+	return seal, nil
 }

@@ -268,7 +268,7 @@ func (d *Deps) RunStep(ctx context.Context, env *night.Env, step string) error {
 	}
 	store := d.storeOf(step)
 	r, err := runner.New(runner.Config{
-		JS: d.JS, Store: store, Artifacts: d.Artifacts, Handovers: d.Handovers, Pipeline: night.Pipeline,
+		JS: d.JS, Store: store, Artifacts: d.Artifacts, Handovers: d.Handovers, Memo: d.Memo, Pipeline: night.Pipeline,
 		StepName: step, Step: impl, Heartbeat: d.Config.Heartbeat, Lease: d.Config.Lease, TakeoverGap: d.Config.TakeoverGap,
 		RetryAttempts: d.Config.RetryAttempts, LoopGuard: d.Config.LoopGuard, ParkLimit: d.Config.RunnerParkLimit(),
 		MaxDeliver: d.Config.MaxDeliver, Faults: d.Faults, Now: d.Now, Logger: d.Logger.With(slog.String("service", step)),

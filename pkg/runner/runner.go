@@ -35,10 +35,13 @@ type Config struct {
 	Store     *kvcheckpoint.Store
 	Artifacts *artifacts.Store
 	Handovers jetstream.KeyValue
-	Pipeline  pipeline.Definition
-	StepName  string
-	Step      Step
-	Service   string // default StepName
+	// Memo keeps the answers of memoised calls (Attempt.Memo), cairn-memo; nil: a step
+	// cannot memoise.
+	Memo     jetstream.KeyValue
+	Pipeline pipeline.Definition
+	StepName string
+	Step     Step
+	Service  string // default StepName
 
 	Heartbeat     time.Duration // default 5s
 	Lease         time.Duration // default 15s

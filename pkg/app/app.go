@@ -1,0 +1,235 @@
+// Package app hosts a pipeline on Cairn: it makes the pipeline's NATS assets and signing
+// keys (Init, as `cairn init` does for the reference night) and runs its services (Run): a
+// step runner for each step, following the step protocol of package runner, and the
+// supervisor that starts runs, takes commands and hands stalled runs to a fresh worker.
+//
+// A pipeline is its definition (package pipeline: the steps, their kinds and what makes a
+// repeat harmless) and one runner.Step per step. Everything else (checkpoints, leases,
+// fencing tokens, memoised calls, the saga of outside writes, handovers) is the framework's.
+//
+// One process may run every service (Run with no names) or one (Run with its name), so each
+// step scales on its own. A pipeline hosted here has the NATS account to itself: its assets
+// carry the names of package assets.
+package app
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/cairnhq/cairn/pkg/artifacts"
+	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/faults"
+	"github.com/cairnhq/cairn/pkg/identity"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/metrics"
+	"github.com/cairnhq/cairn/pkg/pipeline"
+	"github.com/cairnhq/cairn/pkg/runner"
+	"github.com/cairnhq/cairn/pkg/supervisor"
+)
+
+// Supervisor is the supervisor's service name (and its signing key's).
+const Supervisor = "supervisor"
+
+// Config is a pipeline and how its services run.
+type Config struct {
+	JS       jetstream.JetStream
+	Pipeline pipeline.Definition
+	// Steps is each step's implementation, by step name: one for every step of Pipeline.
+	Steps map[string]runner.Step
+	// KeysDir keeps each service's signing seed, <service>.seed: Init makes the missing ones
+	// and registers their public keys; Run signs with them.
+	KeysDir string
+
+	Replicas      int           // of every asset: 1, 3 or 5; default 1
+	AckWait       time.Duration // of the step consumers; default 30s
+	Lease         time.Duration // default 15s
+	Heartbeat     time.Duration // default 5s
+	TakeoverGap   time.Duration // default 500ms
+	StallTimeout  time.Duration // a run that makes no progress this long is handed over; default 10m
+	RetryAttempts int           // in-process tries of an item's outside call (Attempt.Retry); default 3
+	LoopGuard     int           // attempts in a row without progress before a handover; default 3
+	Concurrency   int           // messages each step runner handles at once; default 1
+	StopGrace     time.Duration // default 10s
+
+	Faults  *faults.Set // crash points (cairn chaos, tests); nil injects none
+	Logger  *slog.Logger
+	Metrics *metrics.Metrics
+	Now     func() time.Time
+}
+
+// Services are the pipeline's services: its steps, in order, and the supervisor.
+func (c Config) Services() []string { return append(c.Pipeline.Names(), Supervisor) }
+
+// Assets is the pipeline's asset configuration.
+func (c Config) Assets() assets.Config {
+	return assets.Config{Replicas: c.Replicas, Steps: c.Pipeline.Names(), AckWait: c.AckWait}
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.JS == nil {
+		errs = append(errs, errors.New("no JetStream"))
+	}
+	if err := c.Pipeline.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("pipeline %q: %w", c.Pipeline.Name, err))
+	}
+	for _, name := range c.Pipeline.Names() {
+		if c.Steps[name] == nil {
+			errs = append(errs, fmt.Errorf("step %q has no implementation in Steps", name))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Steps)) {
+		if _, ok := c.Pipeline.Step(name); !ok {
+			errs = append(errs, fmt.Errorf("Steps has %q, which is no step of pipeline %q (%v)", name, c.Pipeline.Name, c.Pipeline.Names()))
+		}
+	}
+	if c.KeysDir == "" {
+		errs = append(errs, errors.New("no KeysDir for the services' signing seeds"))
+	}
+	return errors.Join(errs...)
+}
+
+// Init creates every missing asset of the pipeline, checks the existing ones, and registers
+// every service's signing key (making the missing seeds in KeysDir): the administrator's
+// work, before any service runs.
+func Init(ctx context.Context, c Config) error {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	if err := assets.Ensure(ctx, c.JS, c.Assets()); err != nil {
+		return err
+	}
+	_, err := identity.RegisterSeeds(ctx, c.JS, c.KeysDir, c.Services()...)
+	return err
+}
+
+// host is what every service of the process shares.
+type host struct {
+	c         Config
+	store     *kc.Store
+	artifacts *artifacts.Store
+	handovers jetstream.KeyValue
+	marks     jetstream.KeyValue
+	memo      jetstream.KeyValue
+	natural   jetstream.KeyValue
+	ring      *identity.Ring
+	signers   map[string]*identity.Signer
+}
+
+// Run runs the named services (every one without names) until ctx ends: it checks the
+// assets (run Init first), reads each service's seed from KeysDir, and returns nil on a
+// clean stop, or the first service's error that stopped by itself (the others are stopped).
+func Run(ctx context.Context, c Config, services ...string) error {
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
+	if c.Metrics == nil {
+		c.Metrics = metrics.New()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if err := c.validate(); err != nil {
+		return err
+	}
+	if len(services) == 0 {
+		services = c.Services()
+	}
+	for _, s := range services {
+		if !slices.Contains(c.Services(), s) {
+			return fmt.Errorf("no service %q in pipeline %q (%v)", s, c.Pipeline.Name, c.Services())
+		}
+	}
+	h, err := open(ctx, c, services)
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, s := range services {
+		g.Go(func() error {
+			var err error
+			if s == Supervisor {
+				err = h.runSupervisor(gctx)
+			} else {
+				err = h.runStep(gctx, s)
+			}
+			if err != nil {
+				return fmt.Errorf("service %s: %w", s, err)
+			}
+			if ctx.Err() == nil && gctx.Err() == nil {
+				return fmt.Errorf("service %s stopped by itself", s)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+func open(ctx context.Context, c Config, services []string) (*host, error) {
+	if err := assets.Check(ctx, c.JS, c.Assets()); err != nil {
+		return nil, fmt.Errorf("checking the NATS assets (run app.Init): %w", err)
+	}
+	h := &host{c: c, signers: map[string]*identity.Signer{}}
+	var err error
+	for _, s := range services {
+		if h.signers[s], err = identity.SignerFrom(c.KeysDir, s); err != nil {
+			return nil, fmt.Errorf("KeysDir %s: %w (run app.Init)", c.KeysDir, err)
+		}
+	}
+	if h.ring, err = identity.OpenRing(ctx, c.JS); err != nil {
+		return nil, fmt.Errorf("the signing keys (run app.Init): %w", err)
+	}
+	if h.store, err = kc.Open(ctx, c.JS, assets.BucketRuns, kc.WithClock(func() time.Time { return c.Now() }), kc.WithRing(h.ring), kc.WithPipeline(c.Pipeline.Names())); err != nil {
+		return nil, err
+	}
+	if h.artifacts, err = artifacts.Open(ctx, c.JS, assets.ObjectArtifacts); err != nil {
+		return nil, err
+	}
+	for name, kv := range map[string]*jetstream.KeyValue{assets.BucketHandovers: &h.handovers, assets.BucketOutbox: &h.marks, assets.BucketMemo: &h.memo, assets.BucketNaturalKeys: &h.natural} {
+		if *kv, err = c.JS.KeyValue(ctx, name); err != nil {
+			return nil, fmt.Errorf("looking up bucket %s: %w", name, err)
+		}
+	}
+	return h, nil
+}
+
+func (h *host) runStep(ctx context.Context, step string) error {
+	c := h.c
+	store := h.store.As(h.signers[step])
+	r, err := runner.New(runner.Config{
+		JS: c.JS, Store: store, Artifacts: h.artifacts, Handovers: h.handovers, Memo: h.memo, Pipeline: c.Pipeline,
+		StepName: step, Step: c.Steps[step], Heartbeat: c.Heartbeat, Lease: c.Lease, TakeoverGap: c.TakeoverGap,
+		RetryAttempts: c.RetryAttempts, LoopGuard: c.LoopGuard, Concurrency: c.Concurrency, StopGrace: c.StopGrace,
+		Faults: c.Faults, Now: c.Now, Metrics: c.Metrics, Logger: c.Logger.With(slog.String("service", step)),
+		Finishing: func(ctx context.Context, runID string) {
+			if _, err := supervisor.Settle(ctx, c.JS, store, h.marks, runID, c.Now); err != nil {
+				c.Logger.Warn("settling run", slog.String("run_id", runID), slog.Any("error", err))
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	return r.Run(ctx)
+}
+
+func (h *host) runSupervisor(ctx context.Context) error {
+	c := h.c
+	s, err := supervisor.New(supervisor.Config{
+		JS: c.JS, Store: h.store.As(h.signers[Supervisor]), Approvers: h.ring, Marks: h.marks, Handovers: h.handovers,
+		NaturalKeys: h.natural, Pipeline: c.Pipeline, Lease: c.Lease, Heartbeat: c.Heartbeat, TakeoverGap: c.TakeoverGap,
+		StallTimeout: c.StallTimeout, Now: c.Now, Metrics: c.Metrics, Faults: c.Faults,
+		Logger: c.Logger.With(slog.String("service", Supervisor)),
+	})
+	if err != nil {
+		return err
+	}
+	return s.Run(ctx)
+}

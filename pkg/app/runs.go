@@ -1,0 +1,79 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/events"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+)
+
+// StartSubject is where a run is started: a flat JSON object of run_id and the pipeline's
+// own members, as `nats pub cairn.runs.start '{"run_id":"r-1","source":"records.jsonl"}'`.
+const StartSubject = "cairn.runs.start"
+
+// Start asks the supervisor to start run runID on input, the pipeline's own members (its
+// Definition.CheckInput validates them). Publishing the same start twice starts one run.
+func Start(ctx context.Context, js jetstream.JetStream, runID string, input map[string]any) error {
+	params := make(map[string]json.RawMessage, len(input))
+	for k, v := range input {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("start %s: member %q: %w", runID, k, err)
+		}
+		params[k] = b
+	}
+	body, err := json.Marshal(events.StartCommand{RunID: runID, RequestID: "start-" + runID, Params: params})
+	if err != nil {
+		return fmt.Errorf("start %s: %w", runID, err)
+	}
+	m := nats.NewMsg(StartSubject)
+	m.Data = body
+	m.Header.Set(jetstream.MsgIDHeader, "start-"+runID)
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("start %s: %w", runID, err)
+	}
+	return nil
+}
+
+// Ended reports whether a run's status is one it stays in until a person acts: done,
+// handed over, undone or cancelled.
+func Ended(s kc.Status) bool {
+	return s == kc.Done || s == kc.HandedOver || s == kc.Undone || s == kc.Cancelled
+}
+
+// Wait reads run runID's checkpoint until the run has ended (Ended) and returns its
+// record, or ctx's error with the last record read.
+func Wait(ctx context.Context, js jetstream.JetStream, runID string) (*kc.Record, error) {
+	store, err := kc.Open(ctx, js, assets.BucketRuns)
+	if err != nil {
+		return nil, err
+	}
+	var last *kc.Record
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		rec, _, err := store.Load(ctx, runID)
+		switch {
+		case err == nil:
+			last = rec
+			if Ended(rec.Status) {
+				return rec, nil
+			}
+		case !errors.Is(err, kc.ErrNotFound):
+			return last, err
+		}
+		select {
+		case <-ctx.Done():
+			return last, fmt.Errorf("waiting for run %s to end: %w", runID, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,93 @@
+package identity
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/pkg/assets"
+)
+
+// SeedFile is where service name's seed is kept in a folder of seeds.
+func SeedFile(dir, name string) string { return filepath.Join(dir, name+".seed") }
+
+// EnsureSeed returns the public key of service name's seed, dir/<name>.seed, making the
+// folder (0700) and the seed (0600) when missing; a seed is never overwritten.
+func EnsureSeed(dir, name string) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	path := SeedFile(dir, name)
+	seed, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		s, gerr := NewSeed()
+		if gerr != nil {
+			return "", gerr
+		}
+		seed = []byte(s + "\n")
+		f, oerr := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if oerr != nil {
+			return "", oerr
+		}
+		_, err = f.Write(seed)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return "", err
+	}
+	pub, err := PublicKeyOf(strings.TrimSpace(string(seed)))
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return pub, nil
+}
+
+// SignerFrom reads service name's seed from dir/<name>.seed.
+func SignerFrom(dir, name string) (*Signer, error) {
+	b, err := os.ReadFile(SeedFile(dir, name))
+	if err != nil {
+		return nil, fmt.Errorf("the signing seed of service %s: %w", name, err)
+	}
+	return NewSigner(name, strings.TrimSpace(string(b)))
+}
+
+// RegisterSeeds registers the public key of every named service in the keys bucket, from
+// its seed in dir (made there when missing), and records the seal once (the package doc):
+// the admin's work, as cairn init does it. It returns the seal that holds.
+func RegisterSeeds(ctx context.Context, js jetstream.JetStream, dir string, names ...string) (Seal, error) {
+	kv, err := js.KeyValue(ctx, Bucket)
+	if err != nil {
+		return Seal{}, fmt.Errorf("looking up bucket %s: %w", Bucket, err)
+	}
+	for _, name := range names {
+		pub, err := EnsureSeed(dir, name)
+		if err != nil {
+			return Seal{}, err
+		}
+		if have, err := Registered(ctx, kv, name); err != nil {
+			return Seal{}, err
+		} else if have != pub {
+			if err := Register(ctx, kv, name, pub); err != nil {
+				return Seal{}, err
+			}
+		}
+	}
+	seal := Seal{At: time.Now().UTC().Format(time.RFC3339)}
+	for stream, seq := range map[string]*uint64{"KV_" + assets.BucketRuns: &seal.Runs, assets.StreamSaga: &seal.Saga, assets.StreamOutbox: &seal.Outbox} {
+		st, err := js.Stream(ctx, stream)
+		if err != nil {
+			return Seal{}, fmt.Errorf("sealing: stream %s: %w", stream, err)
+		}
+		*seq = st.CachedInfo().State.LastSeq
+	}
+	return SealOnce(ctx, kv, seal)
+}

@@ -1,0 +1,82 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrNoMemo: the runner was given no memo bucket (Config.Memo), so a step cannot memoise.
+var ErrNoMemo = errors.New("the runner has no memo bucket (Config.Memo)")
+
+// MemoEvent is the timeline's event of a memoised call made (Attempt.Memo): it is recorded
+// before the call, so a paid call is counted even when the process dies during it.
+const MemoEvent = "memo.called"
+
+// Memo returns the answer saved under key for this run, or makes call, saves its answer
+// under key and returns it: a call answered once is never made again in the run, by this
+// attempt or any later one (a restart, a takeover). The answer is saved in the memo bucket
+// as <run_id>.<key> (key: letters, digits, '-', '_', '=' and '.' separated tokens), word for
+// word. The call is recorded on the timeline (MemoEvent, item key) before it is made. An
+// error of call is returned as it is and saves nothing (wrap it with Temporary for one
+// worth retrying; Attempt.Retry retries in the attempt). When two attempts raced past the
+// read, the first answer saved stands and is returned to both.
+func (a *Attempt) Memo(ctx context.Context, key string, call func(ctx context.Context) ([]byte, error)) ([]byte, error) {
+	kv := a.r.cfg.Memo
+	if kv == nil {
+		return nil, ErrNoMemo
+	}
+	full := a.RunID + "." + key
+	if e, err := kv.Get(ctx, full); err == nil {
+		return e.Value(), nil
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, Temporary(fmt.Errorf("reading memo %q: %w", full, err))
+	}
+	if err := a.AuditNow(ctx, MemoEvent, key, 0, nil); err != nil {
+		return nil, Temporary(err)
+	}
+	answer, err := call(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := kv.Create(ctx, full, answer); err == nil {
+		return answer, nil
+	} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		return nil, Temporary(fmt.Errorf("saving memo %q: %w", full, err))
+	}
+	e, err := kv.Get(ctx, full)
+	if err != nil {
+		return nil, Temporary(fmt.Errorf("reading memo %q: %w", full, err))
+	}
+	if !bytes.Equal(e.Value(), answer) {
+		a.log.Warn("another attempt memoised a different answer first; it stands", slog.String("memo", full))
+	}
+	return e.Value(), nil
+}
+
+// Memoised counts the answers memoised for this run whose keys start with prefix ("" for
+// all): a step's progress (ProgressCounter) when its work is memoised calls.
+func (a *Attempt) Memoised(ctx context.Context, prefix string) (int, error) {
+	kv := a.r.cfg.Memo
+	if kv == nil {
+		return 0, ErrNoMemo
+	}
+	filter := a.RunID + ".>"
+	if prefix != "" {
+		filter = a.RunID + "." + prefix + ".>"
+	}
+	l, err := kv.ListKeysFiltered(ctx, filter)
+	if err != nil {
+		return 0, fmt.Errorf("listing memo keys %s: %w", filter, err)
+	}
+	defer func() { _ = l.Stop() }()
+	n := 0
+	for range l.Keys() {
+		n++
+	}
+	return n, nil
+}
