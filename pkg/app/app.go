@@ -74,13 +74,21 @@ func (c Config) Assets() assets.Config {
 	return assets.Config{Replicas: c.Replicas, Steps: c.Pipeline.Names(), AckWait: c.AckWait}
 }
 
-func (c Config) validate() error {
+// validate checks the configuration; withSteps: the steps' implementations too (Init
+// needs none).
+func (c Config) validate(withSteps bool) error {
 	var errs []error
 	if c.JS == nil {
 		errs = append(errs, errors.New("no JetStream"))
 	}
 	if err := c.Pipeline.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("pipeline %q: %w", c.Pipeline.Name, err))
+	}
+	if c.KeysDir == "" {
+		errs = append(errs, errors.New("no KeysDir for the services' signing seeds"))
+	}
+	if !withSteps {
+		return errors.Join(errs...)
 	}
 	for _, name := range c.Pipeline.Names() {
 		if c.Steps[name] == nil {
@@ -92,17 +100,14 @@ func (c Config) validate() error {
 			errs = append(errs, fmt.Errorf("Steps has %q, which is no step of pipeline %q (%v)", name, c.Pipeline.Name, c.Pipeline.Names()))
 		}
 	}
-	if c.KeysDir == "" {
-		errs = append(errs, errors.New("no KeysDir for the services' signing seeds"))
-	}
 	return errors.Join(errs...)
 }
 
 // Init creates every missing asset of the pipeline, checks the existing ones, and registers
 // every service's signing key (making the missing seeds in KeysDir): the administrator's
-// work, before any service runs.
+// work, before any service runs. It needs no Steps.
 func Init(ctx context.Context, c Config) error {
-	if err := c.validate(); err != nil {
+	if err := c.validate(false); err != nil {
 		return err
 	}
 	if err := assets.Ensure(ctx, c.JS, c.Assets()); err != nil {
@@ -136,7 +141,7 @@ func Run(ctx context.Context, c Config, services ...string) error {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	if err := c.validate(); err != nil {
+	if err := c.validate(true); err != nil {
 		return err
 	}
 	if len(services) == 0 {

@@ -43,6 +43,9 @@ type Attempt struct {
 	// tallyFailed: reading them failed once; the commit counts them with a read of its own
 	tallyFailed bool
 
+	memoMu    sync.Mutex
+	memoTries map[string]int // Memo's calls of this attempt, by key
+
 	progress *Progress              // what the loop guard counted, for the handover note
 	guarded  *kvcheckpoint.Progress // the loop guard's count, stored with a handover
 }

@@ -21,7 +21,8 @@ const MemoEvent = "memo.called"
 // under key and returns it: a call answered once is never made again in the run, by this
 // attempt or any later one (a restart, a takeover). The answer is saved in the memo bucket
 // as <run_id>.<key> (key: letters, digits, '-', '_', '=' and '.' separated tokens), word for
-// word. The call is recorded on the timeline (MemoEvent, item key) before it is made. An
+// word. Each call is recorded on the timeline (MemoEvent, item key, the attempt's try of
+// the key) before it is made. An
 // error of call is returned as it is and saves nothing (wrap it with Temporary for one
 // worth retrying; Attempt.Retry retries in the attempt). When two attempts raced past the
 // read, the first answer saved stands and is returned to both.
@@ -36,7 +37,14 @@ func (a *Attempt) Memo(ctx context.Context, key string, call func(ctx context.Co
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, Temporary(fmt.Errorf("reading memo %q: %w", full, err))
 	}
-	if err := a.AuditNow(ctx, MemoEvent, key, 0, nil); err != nil {
+	a.memoMu.Lock()
+	if a.memoTries == nil {
+		a.memoTries = map[string]int{}
+	}
+	try := a.memoTries[key]
+	a.memoTries[key]++
+	a.memoMu.Unlock()
+	if err := a.AuditNow(ctx, MemoEvent, key, try, nil); err != nil {
 		return nil, Temporary(err)
 	}
 	answer, err := call(ctx)

@@ -1,0 +1,141 @@
+// Command enrich runs the enrichment job's services, and its demo.
+//
+//	enrich init                make the job's NATS assets and signing keys
+//	enrich service [NAME...]   run the named services (every one without names) until SIGTERM
+//	enrich demo                the seed's story beside a plain restart-from-step-one
+//
+// The settings are environment variables (Settings); a wrong one stops the command at
+// start, naming the variable.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/examples/enrich"
+	"github.com/cairnhq/cairn/examples/enrich/records"
+	"github.com/cairnhq/cairn/pkg/app"
+	"github.com/cairnhq/cairn/pkg/faults"
+)
+
+// Settings are the job's environment variables.
+type Settings struct {
+	NATSURL     string        `envconfig:"CAIRN_NATS_URL" default:"nats://127.0.0.1:4222"`
+	DataDir     string        `envconfig:"ENRICH_DATA_DIR" default:"./enrich-data"`
+	ProfileURL  string        `envconfig:"ENRICH_PROFILE_URL"`
+	GeoURL      string        `envconfig:"ENRICH_GEO_URL"`
+	RiskURL     string        `envconfig:"ENRICH_RISK_URL"`
+	UploadURL   string        `envconfig:"ENRICH_UPLOAD_URL"`
+	CallTimeout time.Duration `envconfig:"ENRICH_CALL_TIMEOUT" default:"2s"`
+	GeoRPS      float64       `envconfig:"ENRICH_GEO_RPS" default:"15"`
+	Lease       time.Duration `envconfig:"CAIRN_LEASE" default:"15s"`
+	Heartbeat   time.Duration `envconfig:"CAIRN_HEARTBEAT" default:"5s"`
+	Faults      string        `envconfig:"CAIRN_FAULTS"`
+}
+
+func load() (Settings, error) {
+	var s Settings
+	if err := envconfig.Process("", &s); err != nil {
+		return s, err
+	}
+	var errs []error
+	for name, v := range map[string]string{"ENRICH_PROFILE_URL": s.ProfileURL, "ENRICH_GEO_URL": s.GeoURL, "ENRICH_RISK_URL": s.RiskURL, "ENRICH_UPLOAD_URL": s.UploadURL} {
+		if v == "" {
+			errs = append(errs, fmt.Errorf("%s is not set: the URL of an outside system of the job", name))
+		}
+	}
+	if s.CallTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("ENRICH_CALL_TIMEOUT must be positive, not %s", s.CallTimeout))
+	}
+	if s.GeoRPS <= 0 {
+		errs = append(errs, fmt.Errorf("ENRICH_GEO_RPS must be positive, not %g", s.GeoRPS))
+	}
+	return s, errors.Join(errs...)
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: enrich init | service [NAME...] | demo")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "init", "service":
+		var s Settings
+		if s, err = load(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		err = serve(ctx, s, os.Args[1] == "init", os.Args[2:])
+	case "demo":
+		err = demo(ctx, os.Stdout)
+	default:
+		fmt.Fprintf(os.Stderr, "unknown command %q: enrich init | service [NAME...] | demo\n", os.Args[1])
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+// config is the hosted job for settings s.
+func config(ctx context.Context, js jetstream.JetStream, s Settings) (app.Config, error) {
+	steps, err := enrich.Steps(ctx, js, enrich.Config{
+		APIs:      records.Client{ProfileURL: s.ProfileURL, GeoURL: s.GeoURL, RiskURL: s.RiskURL, HTTP: &http.Client{}},
+		UploadURL: s.UploadURL, CallTimeout: s.CallTimeout, GeoRate: s.GeoRPS,
+	})
+	if err != nil {
+		return app.Config{}, err
+	}
+	fs, err := faults.Parse(s.Faults, filepath.Join(s.DataDir, "faults"))
+	if err != nil {
+		return app.Config{}, fmt.Errorf("CAIRN_FAULTS: %w", err)
+	}
+	return app.Config{
+		JS: js, Pipeline: enrich.Pipeline, Steps: steps, KeysDir: filepath.Join(s.DataDir, "keys"),
+		Lease: s.Lease, Heartbeat: s.Heartbeat, Faults: fs,
+		Logger: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}, nil
+}
+
+// serve makes the assets (init) or runs the named services.
+func serve(ctx context.Context, s Settings, init bool, names []string) error {
+	nc, err := nats.Connect(s.NATSURL, nats.Name("enrich"), nats.MaxReconnects(-1))
+	if err != nil {
+		return fmt.Errorf("connecting to CAIRN_NATS_URL %s: %w", s.NATSURL, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if init {
+		c := app.Config{JS: js, Pipeline: enrich.Pipeline, KeysDir: filepath.Join(s.DataDir, "keys")}
+		if err := app.Init(ctx, c); err != nil {
+			return err
+		}
+		fmt.Println("the job's assets exist and its services' keys are registered")
+		return nil
+	}
+	c, err := config(ctx, js, s)
+	if err != nil {
+		return err
+	}
+	fmt.Println("ready")
+	return app.Run(ctx, c, names...)
+}

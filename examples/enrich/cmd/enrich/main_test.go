@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/examples/enrich"
+	"github.com/cairnhq/cairn/examples/enrich/records"
+	"github.com/cairnhq/cairn/examples/enrich/stubapi"
+	"github.com/cairnhq/cairn/pkg/app"
+	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/events"
+	"github.com/cairnhq/cairn/pkg/httpidem"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+)
+
+// The test binary is the enrich binary too: started with ENRICH_AS_MAIN=1 it runs main, so
+// the services run as real processes, killed and restarted, with no second build.
+func TestMain(m *testing.M) {
+	if os.Getenv("ENRICH_AS_MAIN") == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// job is one test's job: its NATS server, its outside systems, its records and its
+// services' processes.
+type job struct {
+	t       *testing.T
+	dir     string
+	js      jetstream.JetStream
+	apis    *stubapi.APIs
+	source  string
+	records []records.Record
+	fleet   *Fleet
+}
+
+// newJob starts a NATS server and the stub APIs, writes n records, and inits the job.
+func newJob(t *testing.T, n int, sc stubapi.Config) *job {
+	t.Helper()
+	dir := t.TempDir()
+	srv, err := app.Embedded("enrich-test", "127.0.0.1", -1, filepath.Join(dir, "nats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Dir = filepath.Join(dir, "upload")
+	if err := os.MkdirAll(sc.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	apis, err := stubapi.Start(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(apis.Close)
+	source := filepath.Join(dir, "records.jsonl")
+	recs, err := records.Generate(source, n, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &job{t: t, dir: dir, js: js, apis: apis, source: source, records: recs}
+	if err := app.Init(t.Context(), app.Config{JS: js, Pipeline: enrich.Pipeline, KeysDir: filepath.Join(dir, "keys")}); err != nil {
+		t.Fatal(err)
+	}
+	j.fleet = &Fleet{Bin: os.Args[0], Env: []string{
+		"ENRICH_AS_MAIN=1",
+		"CAIRN_NATS_URL=" + srv.ClientURL(),
+		"ENRICH_DATA_DIR=" + dir,
+		"ENRICH_PROFILE_URL=" + apis.ProfileURL, "ENRICH_GEO_URL=" + apis.GeoURL, "ENRICH_RISK_URL=" + apis.RiskURL,
+		"ENRICH_UPLOAD_URL=" + apis.UploadURL,
+		"ENRICH_CALL_TIMEOUT=500ms", "ENRICH_GEO_RPS=40",
+		"CAIRN_LEASE=3s", "CAIRN_HEARTBEAT=1s",
+	}}
+	return j
+}
+
+// run starts the services (with env on top: CAIRN_FAULTS), starts a run of the records
+// and waits for it to end.
+func (j *job) run(runID string, env ...string) *kc.Record {
+	j.t.Helper()
+	log, err := os.Create(filepath.Join(j.dir, "services-"+runID+".log"))
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	j.t.Cleanup(func() { log.Close() })
+	j.fleet.Env = append(j.fleet.Env, env...)
+	ctx, cancel := context.WithTimeout(j.t.Context(), 3*time.Minute)
+	defer cancel()
+	if err := j.fleet.Start(ctx, log); err != nil {
+		j.t.Fatal(err)
+	}
+	j.t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		j.fleet.Stop(sctx)
+	})
+	if err := app.Start(ctx, j.js, runID, map[string]any{enrich.ParamSource: j.source}); err != nil {
+		j.t.Fatal(err)
+	}
+	rec, err := app.Wait(ctx, j.js, runID)
+	if err != nil {
+		b, _ := os.ReadFile(log.Name())
+		j.t.Fatalf("%v; last record %+v\nservices' log:\n%s", err, rec, tail(b, 4000))
+	}
+	return rec
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// valid is how many of the job's records Validate takes.
+func (j *job) valid() int {
+	n := 0
+	for _, r := range j.records {
+		if records.Validate(records.Enriched{Record: r, Risk: records.Risk{Score: 50}}) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// checkOnce checks the run ended done, each valid record uploaded exactly once and each
+// API asked once per record, but for extra calls of the APIs' records in extra.
+func (j *job) checkOnce(rec *kc.Record, extra map[string]map[string]int) {
+	j.t.Helper()
+	if rec.Status != kc.Done {
+		j.t.Fatalf("run %s ended %s (handover %v), want done", rec.RunID, rec.Status, rec.Handover)
+	}
+	c := j.apis.Counts()
+	if want := j.valid(); c.Records != want || c.Uploads != want || c.Duplicates != 0 {
+		j.t.Errorf("uploads: %d rows of %d records (%d duplicates), want %d records once each", c.Uploads, c.Records, c.Duplicates, want)
+	}
+	for _, api := range []string{"profile", "geo", "risk"} {
+		for _, r := range j.records {
+			want := 1 + extra[api][r.ID]
+			if got := c.PerRecord[api][r.ID]; got != want {
+				j.t.Errorf("%s API asked %d times for %s, want %d", api, got, r.ID, want)
+			}
+		}
+	}
+	if got, want := len(rec.Steps[enrich.Validate].Parked), len(j.records)-j.valid(); got != want {
+		j.t.Errorf("validate parked %d records, want %d", got, want)
+	}
+}
+
+// The seed's story: the risk API times out on record 7, more often than the attempt
+// retries it; the attempt fails, the next resumes at record 7: no record before it is
+// asked again, each record is uploaded once.
+func TestTimeoutAtRecordSeven(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, 30, stubapi.Config{Hang: map[string]int{"rec-0007": 4}, HangFor: 10 * time.Second})
+	rec := j.run("run-seven")
+	j.checkOnce(rec, map[string]map[string]int{"risk": {"rec-0007": 4}})
+	if a := rec.Steps[enrich.Enrich].Attempts; a < 2 {
+		t.Errorf("enrich took %d attempts, want a failed one and the one that resumed", a)
+	}
+	for _, s := range []string{enrich.Fetch} {
+		if a := rec.Steps[s].Attempts; a != 1 {
+			t.Errorf("%s ran %d times, want once", s, a)
+		}
+	}
+}
+
+// A kill -9 (a crash point that exits at once) at every step boundary and inside each
+// enrichment and upload: each run ends as an uninterrupted one, each record uploaded once,
+// no API asked twice for a record.
+func TestKilledAtEveryBoundary(t *testing.T) {
+	t.Parallel()
+	var cases []string
+	for _, s := range enrich.Pipeline.Names() {
+		cases = append(cases, s+".after-commit=exit@once")
+	}
+	cases = append(cases, "enrich.after-write.5=exit@once", "upload.before-write.3=exit@once", "upload.after-write.7=exit@once", "upload.lost-reply.9=exit@once")
+	for i, f := range cases {
+		t.Run(f, func(t *testing.T) {
+			j := newJob(t, 12, stubapi.Config{})
+			rec := j.run(fmt.Sprintf("run-kill-%d", i), "CAIRN_FAULTS="+f)
+			j.checkOnce(rec, nil)
+			if j.fleet.Restarts < 1 {
+				t.Errorf("the fault %s killed no process", f)
+			}
+		})
+	}
+}
+
+// The same records file started twice under two run ids: the second start is refused,
+// naming the first run, and nothing is uploaded again.
+func TestSameInputStartedTwice(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, 10, stubapi.Config{})
+	j.checkOnce(j.run("run-first"), nil)
+	if err := app.Start(t.Context(), j.js, "run-second", map[string]any{enrich.ParamSource: j.source}); err != nil {
+		t.Fatal(err)
+	}
+	rej := j.rejection("run-second")
+	if want := "run run-first has this input already"; !strings.Contains(rej.Reason, want) {
+		t.Errorf("the second start was rejected for %q, want one saying %q", rej.Reason, want)
+	}
+	if _, _, err := j.store().Load(t.Context(), "run-second"); !errors.Is(err, kc.ErrNotFound) {
+		t.Errorf("run-second has a record (%v): the input ran twice", err)
+	}
+	if c := j.apis.Counts(); c.Uploads != j.valid() {
+		t.Errorf("%d uploads after the second start, want %d", c.Uploads, j.valid())
+	}
+}
+
+// A zombie upload worker (a late write under the token of a lease since taken over) is
+// refused by the upload system: the fence stands at the token of the attempt that
+// uploaded, and a lower one writes nothing.
+func TestZombieUploadRefused(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, 6, stubapi.Config{})
+	rec := j.run("run-zombie")
+	j.checkOnce(rec, nil)
+	cl, err := httpidem.NewClient(httpidem.ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := j.apis.Counts()
+	_, err = cl.Write(t.Context(), httpidem.Request{URL: j.apis.UploadURL + "/v1/uploads", Key: "run-zombie:upload:rec-9999",
+		Run: "run-zombie", Token: 1, Body: []byte(`{"id":"rec-9999","name":"Late","email":"late@example.com","amount_paise":100}`)})
+	if !errors.Is(err, httpidem.ErrFenced) {
+		t.Fatalf("a write under token 1 after the run's upload: %v, want it fenced", err)
+	}
+	after := j.apis.Counts()
+	if after.Uploads != before.Uploads || after.Fenced != before.Fenced+1 {
+		t.Errorf("uploads %d -> %d, fenced %d -> %d: want no row and one refusal", before.Uploads, after.Uploads, before.Fenced, after.Fenced)
+	}
+}
+
+// store reads the job's checkpoints.
+func (j *job) store() *kc.Store {
+	j.t.Helper()
+	s, err := kc.Open(j.t.Context(), j.js, assets.BucketRuns)
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	return s
+}
+
+// rejection waits for the rejection of a command of runID on cairn.rejected.
+func (j *job) rejection(runID string) events.Rejected {
+	j.t.Helper()
+	ctx, cancel := context.WithTimeout(j.t.Context(), time.Minute)
+	defer cancel()
+	c, err := j.js.OrderedConsumer(ctx, assets.StreamRejected, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	for {
+		m, err := c.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			j.t.Fatalf("no rejection of %s on %s: %v", runID, assets.StreamRejected, err)
+		}
+		ev, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+		if err != nil || ev.Subject != runID {
+			continue
+		}
+		var r events.Rejected
+		if err := ev.Unmarshal(&r); err != nil {
+			j.t.Fatal(err)
+		}
+		return r
+	}
+}
