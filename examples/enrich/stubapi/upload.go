@@ -1,0 +1,192 @@
+package stubapi
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/cairnhq/cairn/examples/enrich/records"
+	"github.com/cairnhq/cairn/pkg/httpidem"
+)
+
+// openDB opens the upload system's SQLite file (WAL, busy timeout, as pkg/httpidem
+// asks) and creates its tables: uploads and the idempotency store's.
+func openDB(path string) (*sql.DB, error) {
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)")
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", path, err)
+	}
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS uploads(
+		seq INTEGER PRIMARY KEY,
+		record_id TEXT NOT NULL,
+		body TEXT NOT NULL,
+		idem_key TEXT,
+		run_id TEXT,
+		token INTEGER)`); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("creating the uploads table in %s: %w", path, err)
+	}
+	if err := httpidem.NewSQLiteStore(db).CreateTables(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("in %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// Row is one row of the uploads table, as GET /v1/uploads lists it.
+type Row struct {
+	Seq      int64  `json:"seq"`
+	RecordID string `json:"record_id"`
+	Body     string `json:"body"`
+	IdemKey  string `json:"idem_key,omitempty"`
+	RunID    string `json:"run_id,omitempty"`
+	Token    int64  `json:"token,omitempty"`
+}
+
+// uploadHandler is the upload system: POST /v1/uploads through the idempotency
+// middleware (counted, and its fenced answers counted), GET /v1/uploads listing rows.
+func (a *APIs) uploadHandler() http.Handler {
+	create := httpidem.New(httpidem.NewSQLiteStore(a.db)).Wrap(http.HandlerFunc(a.create))
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/uploads", a.counted(create))
+	mux.HandleFunc("GET /v1/uploads", a.list)
+	return mux
+}
+
+// counted counts each upload request (by the record id of its body) and each fenced
+// answer it gets.
+func (a *APIs) counted(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, httpidem.DefaultMaxBody))
+		if err != nil {
+			a.stats.call(APIUpload, "")
+			writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": "reading the body: " + err.Error()})
+			return
+		}
+		var u records.Upload
+		json.Unmarshal(body, &u) // the handler refuses a bad body; here only the id is wanted
+		a.stats.call(APIUpload, u.ID)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		if sw.status == http.StatusConflict {
+			var p httpidem.Problem
+			if json.Unmarshal(sw.body.Bytes(), &p) == nil && strings.HasSuffix(p.Type, "#fenced") {
+				a.stats.add(func(s *stats) { s.fenced++ })
+			}
+		}
+	})
+}
+
+// statusWriter keeps the status of an answer, and the body of a 409 (to tell a fenced
+// one from one in flight).
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	body   bytes.Buffer
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	if w.status == http.StatusConflict && w.body.Len() < 64<<10 {
+		w.body.Write(b)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// create stores one upload: 400 for a body that is not a records.Upload with an id,
+// else a row and 201 with its Location and {"seq":n}.
+func (a *APIs) create(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "reading the body: " + err.Error()})
+		return
+	}
+	var u records.Upload
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&u); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "the body is not an upload: " + err.Error()})
+		return
+	}
+	if u.ID == "" {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "the upload has no id"})
+		return
+	}
+	var key, run sql.NullString
+	var token sql.NullInt64
+	if v := r.Header.Get(httpidem.KeyHeader); v != "" {
+		k, err := httpidem.ParseKey(v) // the middleware has checked it
+		if err == nil {
+			key = sql.NullString{String: k, Valid: true}
+		}
+	}
+	if rn, tk, ok, err := httpidem.ParseFence(r.Header.Get(httpidem.DefaultRunHeader), r.Header.Get(httpidem.DefaultTokenHeader)); err == nil && ok {
+		run, token = sql.NullString{String: rn, Valid: true}, sql.NullInt64{Int64: tk, Valid: true}
+	}
+	var seq int64
+	err = a.db.QueryRowContext(context.WithoutCancel(r.Context()),
+		`INSERT INTO uploads(record_id, body, idem_key, run_id, token) VALUES (?, ?, ?, ?, ?) RETURNING seq`,
+		u.ID, string(body), key, run, token).Scan(&seq)
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "storing the upload: " + err.Error()})
+		return
+	}
+	w.Header().Set("Location", "/v1/uploads/"+strconv.FormatInt(seq, 10))
+	writeJSON(w, http.StatusCreated, map[string]int64{"seq": seq})
+}
+
+// list answers GET /v1/uploads[?run_id=] with the rows (of that run) as a JSON array,
+// in seq order.
+func (a *APIs) list(w http.ResponseWriter, r *http.Request) {
+	rows, err := a.Rows(r.Context(), r.URL.Query().Get("run_id"))
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, rows)
+}
+
+// Rows is the uploads table's rows in seq order: all of them when run is "", else the
+// rows written with that run id.
+func (a *APIs) Rows(ctx context.Context, run string) ([]Row, error) {
+	q := `SELECT seq, record_id, body, COALESCE(idem_key, ''), COALESCE(run_id, ''), COALESCE(token, 0) FROM uploads`
+	var args []any
+	if run != "" {
+		q += ` WHERE run_id = ?`
+		args = append(args, run)
+	}
+	rows, err := a.db.QueryContext(ctx, q+` ORDER BY seq`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("listing uploads: %w", err)
+	}
+	defer rows.Close()
+	out := []Row{}
+	for rows.Next() {
+		var x Row
+		if err := rows.Scan(&x.Seq, &x.RecordID, &x.Body, &x.IdemKey, &x.RunID, &x.Token); err != nil {
+			return nil, fmt.Errorf("listing uploads: %w", err)
+		}
+		out = append(out, x)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing uploads: %w", err)
+	}
+	return out, nil
+}
