@@ -19,7 +19,6 @@
 package enrich
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"

@@ -57,7 +57,36 @@ func (a *APIs) uploadHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/uploads", a.counted(create))
 	mux.HandleFunc("GET /v1/uploads", a.list)
+	mux.HandleFunc("POST /v1/fences", a.raise)
 	return mux
+}
+
+// raise answers POST /v1/fences: the run's fence (the middleware's highest token of the
+// run, table http_fence_tokens) goes up to the Cairn-Fence-Token of the request, before
+// the run's next worker writes anything; 204, or 409 fenced when a higher token stands.
+func (a *APIs) raise(w http.ResponseWriter, r *http.Request) {
+	run, token, ok, err := httpidem.ParseFence(r.Header.Get(httpidem.DefaultRunHeader), r.Header.Get(httpidem.DefaultTokenHeader))
+	if err != nil || !ok {
+		httpidem.Problem{Type: httpidem.TypeFenceInvalid, Title: "Fencing headers invalid", Status: http.StatusBadRequest,
+			Detail: fmt.Sprintf("POST /v1/fences takes %s and %s (%v)", httpidem.DefaultRunHeader, httpidem.DefaultTokenHeader, err)}.Write(w)
+		return
+	}
+	var highest int64
+	err = a.db.QueryRowContext(context.WithoutCancel(r.Context()), `INSERT INTO http_fence_tokens(run, token) VALUES (?, ?)
+		ON CONFLICT(run) DO UPDATE SET token = CASE WHEN excluded.token > http_fence_tokens.token THEN excluded.token ELSE http_fence_tokens.token END
+		RETURNING token`, run, token).Scan(&highest)
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "raising the fence: " + err.Error()})
+		return
+	}
+	if highest > token {
+		a.stats.add(func(s *stats) { s.fenced++ })
+		httpidem.Problem{Type: httpidem.TypeFenced, Title: "Fenced", Status: http.StatusConflict,
+			Detail:     fmt.Sprintf("fencing token %d of run %q is below the highest token seen for it, %d", token, run, highest),
+			Extensions: map[string]any{"run": run, "token": token, "highest": highest}}.Write(w)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // counted counts each upload request (by the record id of its body) and each fenced
