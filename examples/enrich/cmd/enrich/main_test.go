@@ -203,7 +203,7 @@ func TestKilledAtEveryBoundary(t *testing.T) {
 			j := newJob(t, 12, stubapi.Config{})
 			rec := j.run(fmt.Sprintf("run-kill-%d", i), "CAIRN_FAULTS="+f)
 			j.checkOnce(rec, nil)
-			if j.fleet.Restarts < 1 {
+			if j.fleet.Restarts() < 1 {
 				t.Errorf("the fault %s killed no process", f)
 			}
 		})

@@ -18,7 +18,7 @@ type Fleet struct {
 
 	mu       sync.Mutex
 	procs    map[string]*exec.Cmd // by service set ("" is every service)
-	Restarts int                  // processes started again after they died
+	restarts int                  // processes started again after they died
 	stopping bool
 	wg       sync.WaitGroup
 }
@@ -56,7 +56,7 @@ func (f *Fleet) Start(ctx context.Context, log *os.File, names ...string) error 
 				f.mu.Unlock()
 				return
 			}
-			f.Restarts++
+			f.restarts++
 			f.procs[key] = next
 			cmd = next
 			f.mu.Unlock()
@@ -73,6 +73,13 @@ func (f *Fleet) spawn(log *os.File, names []string) (*exec.Cmd, error) {
 		return nil, fmt.Errorf("starting %s service %v: %w", f.Bin, names, err)
 	}
 	return cmd, nil
+}
+
+// Restarts is how many processes were started again after they died.
+func (f *Fleet) Restarts() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.restarts
 }
 
 // Kill kills the process of the named services with SIGKILL; the fleet starts it again.
