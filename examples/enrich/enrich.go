@@ -38,6 +38,10 @@ const (
 	Upload    = "upload"
 )
 
+// RateSetting names the setting of the geo API's declared rate (Config.GeoRate), kept for
+// every instance at once in cairn-limits; a 429's Retry-After is held for all of them.
+const RateSetting = "ENRICH_GEO_RPS"
+
 // ParamSource is the one member of a run's input: the path of the records file.
 const ParamSource = "source"
 
@@ -52,14 +56,14 @@ var Pipeline = pipeline.Definition{
 	Steps: []pipeline.Step{
 		{
 			Name: Fetch, Kind: pipeline.SourceRead, Leased: true, Recovery: "cheap to repeat",
-			Checkpoint: "the records read, with the file's sha256",
+			Checkpoint: "the records read, with the file's sha256: the source fingerprint upload checks after a break",
 		},
 		{
 			Name: Enrich, Kind: pipeline.ModelCall, Leased: true, Recovery: "each answer memoised; a record answered once is never asked again",
 			Checkpoint:  "every answer word for word (cairn-memo), then the enriched records",
 			Effects:     "three API calls per record, side by side: profile (slow), geo (rate-limited), risk (times out on some records)",
 			Memo:        "cairn-memo, key <run>.<api>.<record id>, read before the call, saved with Create; the call is on the timeline (memo.called) before it is made",
-			ItemRetries: true, RateLimit: "the geo API's declared rate (Config.GeoRate), shared by every instance; a 429's Retry-After is held for all",
+			ItemRetries: true, RateLimit: RateSetting,
 		},
 		{
 			Name: Validate, Kind: pipeline.Compute, Recovery: "recomputed from the saved enrichment",
@@ -70,7 +74,7 @@ var Pipeline = pipeline.Definition{
 			Checkpoint: "the records as the upload system takes them",
 		},
 		{
-			Name: Upload, Kind: pipeline.BusinessWrite, Leased: true, Fenced: true, Recovery: "keys enforced by the upload system; fenced",
+			Name: Upload, Kind: pipeline.BusinessWrite, Leased: true, Fenced: true, ChecksSource: true, Recovery: "keys enforced by the upload system; fenced; after a break, only while the records file is what fetch read",
 			Checkpoint:  "every upload's receipt (status, reference)",
 			Effects:     "one row per record in the upload system",
 			Key:         "<run>:upload:<record id>, the Idempotency-Key the upload system enforces (same payload: the stored answer; another: 422, handover); fenced by the run's token (Cairn-Run, Cairn-Fence-Token)",

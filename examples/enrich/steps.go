@@ -43,7 +43,7 @@ func Steps(ctx context.Context, js jetstream.JetStream, c Config) (map[string]ru
 	if c.APIs.HTTP == nil {
 		c.APIs.HTTP = &http.Client{}
 	}
-	geo, err := ratelimit.New(ctx, ratelimit.Config{JS: js, Limit: ratelimit.Limit{Bucket: assets.BucketLimits, Key: "geo", PerSecond: c.GeoRate}})
+	geo, err := ratelimit.New(ctx, ratelimit.Config{JS: js, Limit: GeoLimit(c.GeoRate)})
 	if err != nil {
 		return nil, fmt.Errorf("the geo API's limit: %w", err)
 	}
@@ -58,6 +58,11 @@ func Steps(ctx context.Context, js jetstream.JetStream, c Config) (map[string]ru
 		Transform: transformStep{},
 		Upload:    uploadStep{url: c.UploadURL, client: up},
 	}, nil
+}
+
+// GeoLimit is the geo API's limit at rate calls a second, shared by every instance.
+func GeoLimit(rate float64) ratelimit.Limit {
+	return ratelimit.Limit{Bucket: assets.BucketLimits, Key: "geo", PerSecond: rate}
 }
 
 // fetched is fetch's output.
@@ -78,7 +83,24 @@ func (fetchStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, er
 	if err != nil {
 		return nil, runner.Permanent(err)
 	}
-	return result(fetched{Digest: digest, Records: recs}, len(recs), fmt.Sprintf("enrich %d records", len(recs)))
+	r, err := result(fetched{Digest: digest, Records: recs}, len(recs), fmt.Sprintf("enrich %d records", len(recs)))
+	if err == nil {
+		r.SourceFingerprint = digest // what upload checks after a break
+	}
+	return r, err
+}
+
+// checkSource names the records file when it is no longer what fetch read (fingerprint).
+func checkSource(a *runner.Attempt, fingerprint string) ([]string, error) {
+	path := a.Params.String(ParamSource)
+	digest, err := fileDigest(path)
+	if err != nil {
+		return []string{path + " (unreadable: " + err.Error() + ")"}, nil
+	}
+	if digest != fingerprint {
+		return []string{path + " (" + fingerprint + " when fetched, " + digest + " now)"}, nil
+	}
+	return nil, nil
 }
 
 // result is a step's result with output out.
@@ -276,6 +298,11 @@ func (s uploadStep) RaiseFences(ctx context.Context, a *runner.Attempt, t fence.
 		return fmt.Errorf("raising the upload system's fence: %s", resp.Status)
 	}
 	return nil
+}
+
+// CheckSource: after a break, upload writes only while the records file is what fetch read.
+func (uploadStep) CheckSource(ctx context.Context, a *runner.Attempt, fingerprint string) ([]string, error) {
+	return checkSource(a, fingerprint)
 }
 
 func (s uploadStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {

@@ -3,6 +3,7 @@
 //	enrich init                make the job's NATS assets and signing keys
 //	enrich service [NAME...]   run the named services (every one without names) until SIGTERM
 //	enrich demo                the seed's story beside a plain restart-from-step-one
+//	enrich faultmap            how each step survives faults (pkg/faultmap), and the gaps
 //
 // The settings are environment variables (Settings); a wrong one stops the command at
 // start, naming the variable.
@@ -12,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -27,7 +29,9 @@ import (
 	"github.com/cairnhq/cairn/examples/enrich"
 	"github.com/cairnhq/cairn/examples/enrich/records"
 	"github.com/cairnhq/cairn/pkg/app"
+	"github.com/cairnhq/cairn/pkg/faultmap"
 	"github.com/cairnhq/cairn/pkg/faults"
+	"github.com/cairnhq/cairn/pkg/ratelimit"
 )
 
 // Settings are the job's environment variables.
@@ -69,7 +73,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: enrich init | service [NAME...] | demo")
+		fmt.Fprintln(os.Stderr, "usage: enrich init | service [NAME...] | demo | faultmap")
 		os.Exit(2)
 	}
 	var err error
@@ -83,8 +87,10 @@ func main() {
 		err = serve(ctx, s, os.Args[1] == "init", os.Args[2:])
 	case "demo":
 		err = demo(ctx, os.Stdout)
+	case "faultmap":
+		err = faultMap(os.Stdout)
 	default:
-		fmt.Fprintf(os.Stderr, "unknown command %q: enrich init | service [NAME...] | demo\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "unknown command %q: enrich init | service [NAME...] | demo | faultmap\n", os.Args[1])
 		os.Exit(2)
 	}
 	if err != nil {
@@ -138,4 +144,25 @@ func serve(ctx context.Context, s Settings, init bool, names []string) error {
 	}
 	fmt.Println("ready")
 	return app.Run(ctx, c, names...)
+}
+
+// faultMap prints the job's fault map under the settings of the environment (the rate
+// ENRICH_GEO_RPS; the runner's defaults).
+func faultMap(w io.Writer) error {
+	var s Settings
+	if err := envconfig.Process("", &s); err != nil {
+		return err
+	}
+	m, err := faultmap.Analyze(enrich.Pipeline, faultmap.Settings{
+		ProgressSteps: []string{enrich.Enrich},
+		RateLimits:    map[string]float64{enrich.RateSetting: s.GeoRPS},
+		SharedLimits:  map[string]ratelimit.Limit{enrich.RateSetting: enrich.GeoLimit(s.GeoRPS)},
+	})
+	if err != nil {
+		return err
+	}
+	if err := m.WriteText(w); err != nil {
+		return err
+	}
+	return m.Err()
 }
