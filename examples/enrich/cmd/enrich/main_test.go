@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -164,6 +165,39 @@ func (j *job) checkOnce(rec *kc.Record, extra map[string]map[string]int) {
 	if got, want := len(rec.Steps[enrich.Validate].Parked), len(j.records)-j.valid(); got != want {
 		j.t.Errorf("validate parked %d records, want %d", got, want)
 	}
+	j.checkRows()
+}
+
+// checkRows compares the upload system's rows with what an uninterrupted run uploads: the
+// transform of each valid record enriched with the APIs' answers, once each.
+func (j *job) checkRows() {
+	j.t.Helper()
+	rows, err := j.apis.Rows(j.t.Context(), "")
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	got := map[string]records.Upload{}
+	for _, r := range rows {
+		var u records.Upload
+		if err := json.Unmarshal([]byte(r.Body), &u); err != nil {
+			j.t.Fatalf("row %d: %v", r.Seq, err)
+		}
+		got[r.RecordID] = u
+	}
+	for _, r := range j.records {
+		region, tz := stubapi.GeoOf(r.ID)
+		e := records.Enriched{Record: r, Profile: records.Profile{Segment: stubapi.ProfileOf(r.ID)},
+			Geo: records.Geo{Region: region, Timezone: tz}, Risk: records.Risk{Score: stubapi.RiskOf(r.ID)}}
+		u, ok := got[r.ID]
+		switch {
+		case records.Validate(e) != nil && ok:
+			j.t.Errorf("record %s is invalid but was uploaded", r.ID)
+		case records.Validate(e) == nil && !ok:
+			j.t.Errorf("record %s is valid but was not uploaded", r.ID)
+		case ok && u != records.Transform(e):
+			j.t.Errorf("record %s uploaded as %+v, want %+v", r.ID, u, records.Transform(e))
+		}
+	}
 }
 
 // The seed's story: the risk API times out on record 7, more often than the attempt
@@ -207,6 +241,34 @@ func TestKilledAtEveryBoundary(t *testing.T) {
 				t.Errorf("the fault %s killed no process", f)
 			}
 		})
+	}
+}
+
+// A kill -9 inside an enrichment: the process dies while the risk API holds record 5's
+// call, the profile and geo answers of the record memoised beside it; the next process asks
+// again for that call only.
+func TestKilledDuringAnEnrichmentCall(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, 10, stubapi.Config{Hang: map[string]int{"rec-0005": 1}, HangFor: time.Minute})
+	memo, err := j.js.KeyValue(t.Context(), assets.BucketMemo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	memoised := func(key string) bool { _, err := memo.Get(t.Context(), key); return err == nil }
+	go func() {
+		for j.apis.Counts().Hung == 0 || !memoised("run-killed-in-call.profile.rec-0005") || !memoised("run-killed-in-call.geo.rec-0005") {
+			select {
+			case <-j.t.Context().Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		_ = j.fleet.Kill()
+	}()
+	rec := j.run("run-killed-in-call", "ENRICH_CALL_TIMEOUT=30s")
+	j.checkOnce(rec, map[string]map[string]int{"risk": {"rec-0005": 1}})
+	if j.fleet.Restarts() < 1 {
+		t.Error("the process was not killed during the call")
 	}
 }
 
