@@ -12,6 +12,7 @@ import (
 
 	"github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/internal/service"
+	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/faultmap"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
 	"github.com/cairnhq/cairn/pkg/runner"
@@ -19,20 +20,29 @@ import (
 
 // cmdFaultmap prints how each step of the night survives faults, under the retry settings
 // of the environment, then the gaps; it fails (exit 1) when there are gaps. It does not
-// connect to NATS.
-func cmdFaultmap(_ context.Context, args []string) error {
-	return runFaultmap(os.Stdout, args)
+// connect to NATS, but for --pipeline: the map of another pipeline, as its Init registered
+// it on CAIRN_NATS_URL (pkg/app), under the settings registered with it.
+func cmdFaultmap(ctx context.Context, args []string) error {
+	return runFaultmapCtx(ctx, os.Stdout, args)
 }
 
 func runFaultmap(w io.Writer, args []string) error {
+	return runFaultmapCtx(context.Background(), w, args)
+}
+
+func runFaultmapCtx(ctx context.Context, w io.Writer, args []string) error {
 	fs := flag.NewFlagSet("faultmap", flag.ContinueOnError)
 	raw := fs.Bool("json", false, "print one JSON object: {pipeline, settings, steps, gaps}")
+	other := fs.String("pipeline", "", "the map of another pipeline than the night, as its Init (pkg/app) registered it on CAIRN_NATS_URL (connects to NATS)")
 	approval := fs.String("approval-steps", "", "comma-separated steps that wait for a person, in place of CAIRN_APPROVAL_STEPS: shows what that setting would change")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	if *other != "" && *other != night.Pipeline.Name {
+		return registeredFaultmap(ctx, w, *other, *raw)
 	}
 	cfg, err := service.Load()
 	if err != nil {
@@ -55,12 +65,7 @@ func runFaultmap(w io.Writer, args []string) error {
 		return err
 	}
 	if *raw {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(m); err != nil {
-			return fmt.Errorf("writing the fault map: %w", err)
-		}
-		return m.Err()
+		return writeMapJSON(w, m)
 	}
 	if override {
 		fmt.Fprintln(w, approvalChange(cfg.ApprovalSteps, steps))
@@ -127,4 +132,37 @@ func progressSteps() []string {
 		}
 	}
 	return out
+}
+
+func writeMapJSON(w io.Writer, m faultmap.Map) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(m); err != nil {
+		return fmt.Errorf("writing the fault map: %w", err)
+	}
+	return m.Err()
+}
+
+// registeredFaultmap prints the map of pipeline name as registered on CAIRN_NATS_URL.
+func registeredFaultmap(ctx context.Context, w io.Writer, name string, raw bool) error {
+	_, nc, js, err := connect("faultmap")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	reg, err := app.Registered(ctx, js, name)
+	if err != nil {
+		return err
+	}
+	m, err := faultmap.Analyze(reg.Definition(), reg.Settings)
+	if err != nil {
+		return err
+	}
+	if raw {
+		return writeMapJSON(w, m)
+	}
+	if err := m.WriteText(w); err != nil {
+		return fmt.Errorf("writing the fault map: %w", err)
+	}
+	return m.Err()
 }

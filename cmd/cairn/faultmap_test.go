@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/cairnhq/cairn/internal/natstest"
 	"github.com/cairnhq/cairn/internal/service"
+	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/faultmap"
+	"github.com/cairnhq/cairn/pkg/pipeline"
 )
 
 // faultmapEnv sets the settings cairn faultmap reads to their defaults, so that the
@@ -108,5 +112,42 @@ func TestFaultmapSharedLimit(t *testing.T) {
 func TestFaultmapProgressSteps(t *testing.T) {
 	if got, want := strings.Join(progressSteps(), ","), "extract,post-ledger,update-stock,debit-notes,report"; got != want {
 		t.Errorf("progress steps %s, want %s", got, want)
+	}
+}
+
+// cairn faultmap --pipeline maps a pipeline the CLI was not built with, as its Init
+// registered it on CAIRN_NATS_URL; an unregistered name is an error naming the registered.
+func TestFaultmapOfARegisteredPipeline(t *testing.T) {
+	faultmapEnv(t)
+	js := natstest.JetStream(t)
+	t.Setenv("CAIRN_NATS_URL", js.Conn().ConnectedUrl())
+	def := pipeline.Definition{Name: "copy", Input: []string{"source"}, Steps: []pipeline.Step{
+		{Name: "read", Kind: pipeline.SourceRead, Leased: true, Recovery: "cheap to repeat"},
+		{Name: "write", Kind: pipeline.BusinessWrite, Leased: true, Fenced: true, Effects: "rows", Key: "<run>:<row>", Recovery: "keyed"},
+	}}
+	if err := app.Init(t.Context(), app.Config{JS: js, Pipeline: def, KeysDir: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err := runFaultmap(&out, []string{"--pipeline", "copy", "--json"})
+	if !errors.Is(err, faultmap.ErrGaps) {
+		t.Fatalf("err %v, want the gaps of the write step", err)
+	}
+	var m faultmap.Map
+	if err := json.Unmarshal(out.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	var steps, gaps []string
+	for _, s := range m.Steps {
+		steps = append(steps, s.Name)
+	}
+	for _, g := range m.Gaps {
+		gaps = append(gaps, g.Step+":"+string(g.Kind))
+	}
+	if m.Pipeline != "copy" || strings.Join(steps, ",") != "read,write" || !slices.Contains(gaps, "write:no-compensation") {
+		t.Errorf("map of %q, steps %v, gaps %v: want copy's read and write, and write's missing compensation", m.Pipeline, steps, gaps)
+	}
+	if err := runFaultmap(&out, []string{"--pipeline", "nope"}); !errors.Is(err, app.ErrNotRegistered) || !strings.Contains(err.Error(), "[copy]") {
+		t.Errorf("an unregistered pipeline: %v, want ErrNotRegistered naming copy", err)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/metrics"
 	"github.com/cairnhq/cairn/pkg/pipeline"
+	"github.com/cairnhq/cairn/pkg/ratelimit"
 	"github.com/cairnhq/cairn/pkg/runner"
 	"github.com/cairnhq/cairn/pkg/supervisor"
 )
@@ -59,6 +60,10 @@ type Config struct {
 	LoopGuard     int           // attempts in a row without progress before a handover; default 3
 	Concurrency   int           // messages each step runner handles at once; default 1
 	StopGrace     time.Duration // default 10s
+
+	// Limits are the shared rate limits the steps declare (pipeline.Step.RateLimit), by the
+	// name of the setting that declares each: Init registers them for the fault map.
+	Limits map[string]ratelimit.Limit
 
 	Faults  *faults.Set // crash points (cairn chaos, tests); nil injects none
 	Logger  *slog.Logger
@@ -104,8 +109,9 @@ func (c Config) validate(withSteps bool) error {
 }
 
 // Init creates every missing asset of the pipeline, checks the existing ones, and registers
-// every service's signing key (making the missing seeds in KeysDir): the administrator's
-// work, before any service runs. It needs no Steps.
+// every service's signing key (making the missing seeds in KeysDir), and registers the
+// pipeline in BucketPipelines: the administrator's work, before any service runs. It needs no
+// Steps (with them, the registration names the steps that count their progress).
 func Init(ctx context.Context, c Config) error {
 	if err := c.validate(false); err != nil {
 		return err
@@ -113,8 +119,10 @@ func Init(ctx context.Context, c Config) error {
 	if err := assets.Ensure(ctx, c.JS, c.Assets()); err != nil {
 		return err
 	}
-	_, err := identity.RegisterSeeds(ctx, c.JS, c.KeysDir, c.Services()...)
-	return err
+	if _, err := identity.RegisterSeeds(ctx, c.JS, c.KeysDir, c.Services()...); err != nil {
+		return err
+	}
+	return register(ctx, c)
 }
 
 // host is what every service of the process shares.

@@ -114,6 +114,7 @@ func config(ctx context.Context, js jetstream.JetStream, s Settings) (app.Config
 	}
 	return app.Config{
 		JS: js, Pipeline: enrich.Pipeline, Steps: steps, KeysDir: filepath.Join(s.DataDir, "keys"),
+		Limits: map[string]ratelimit.Limit{enrich.RateSetting: enrich.GeoLimit(s.GeoRPS)},
 		Lease: s.Lease, Heartbeat: s.Heartbeat, Faults: fs,
 		Logger: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}, nil
@@ -131,7 +132,15 @@ func serve(ctx context.Context, s Settings, init bool, names []string) error {
 		return err
 	}
 	if init {
-		c := app.Config{JS: js, Pipeline: enrich.Pipeline, KeysDir: filepath.Join(s.DataDir, "keys")}
+		// The assets first (the geo limit's bucket among them), then the registration again
+		// with the steps, which names the ones that count their progress.
+		if err := app.Init(ctx, app.Config{JS: js, Pipeline: enrich.Pipeline, KeysDir: filepath.Join(s.DataDir, "keys")}); err != nil {
+			return err
+		}
+		c, err := config(ctx, js, s)
+		if err != nil {
+			return err
+		}
 		if err := app.Init(ctx, c); err != nil {
 			return err
 		}

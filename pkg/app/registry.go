@@ -1,0 +1,106 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/pkg/faultmap"
+	"github.com/cairnhq/cairn/pkg/pipeline"
+	"github.com/cairnhq/cairn/pkg/ratelimit"
+	"github.com/cairnhq/cairn/pkg/runner"
+)
+
+// BucketPipelines keeps each hosted pipeline's registration, by pipeline name: what Init
+// registered of it, for the tools that read a pipeline they were not built with
+// (`cairn faultmap --pipeline NAME`).
+const BucketPipelines = "cairn-pipelines"
+
+// ErrNotRegistered: no pipeline of that name is registered (run its Init).
+var ErrNotRegistered = errors.New("pipeline not registered")
+
+// Registration is what Init records of a pipeline: its definition's data (its steps, its
+// input, its natural key; not its functions) and the settings its fault map is drawn under.
+type Registration struct {
+	Name       string            `json:"name"`
+	Input      []string          `json:"input"`
+	NaturalKey string            `json:"natural_key"`
+	Steps      []pipeline.Step   `json:"steps"`
+	Settings   faultmap.Settings `json:"settings"`
+}
+
+// Definition is the registered definition (without CheckInput and RunID, which are code).
+func (r Registration) Definition() pipeline.Definition {
+	return pipeline.Definition{Name: r.Name, Input: r.Input, NaturalKey: r.NaturalKey, Steps: r.Steps}
+}
+
+// registration is c's Registration: the runner's settings, the steps that count their
+// progress, and the declared limits.
+func (c Config) registration() Registration {
+	s := faultmap.Settings{RetryAttempts: c.RetryAttempts, LoopGuard: c.LoopGuard, RateLimits: map[string]float64{}, SharedLimits: map[string]ratelimit.Limit{}}
+	for name, step := range c.Steps {
+		if _, ok := step.(runner.ProgressCounter); ok {
+			s.ProgressSteps = append(s.ProgressSteps, name)
+		}
+	}
+	slices.Sort(s.ProgressSteps)
+	for setting, l := range c.Limits {
+		s.RateLimits[setting] = l.PerSecond
+		s.SharedLimits[setting] = l
+	}
+	d := c.Pipeline
+	return Registration{Name: d.Name, Input: d.Input, NaturalKey: d.NaturalKey, Steps: d.Steps, Settings: s}
+}
+
+// register records c's registration in BucketPipelines, making the bucket when missing.
+func register(ctx context.Context, c Config) error {
+	kv, err := c.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: BucketPipelines, History: 4, Storage: jetstream.FileStorage, Replicas: max(c.Replicas, 1)})
+	if err != nil {
+		return fmt.Errorf("the pipelines' bucket %s: %w", BucketPipelines, err)
+	}
+	b, err := json.Marshal(c.registration())
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Put(ctx, c.Pipeline.Name, b); err != nil {
+		return fmt.Errorf("registering pipeline %q in %s: %w", c.Pipeline.Name, BucketPipelines, err)
+	}
+	return nil
+}
+
+// Registered reads the registration of pipeline name.
+func Registered(ctx context.Context, js jetstream.JetStream, name string) (Registration, error) {
+	var r Registration
+	kv, err := js.KeyValue(ctx, BucketPipelines)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return r, fmt.Errorf("%w: %q (no pipeline is: bucket %s is missing)", ErrNotRegistered, name, BucketPipelines)
+	}
+	if err != nil {
+		return r, err
+	}
+	e, err := kv.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return r, fmt.Errorf("%w: %q (%s)", ErrNotRegistered, name, names(ctx, kv))
+	}
+	if err != nil {
+		return r, err
+	}
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return r, fmt.Errorf("the registration of %q in %s: %w", name, BucketPipelines, err)
+	}
+	return r, nil
+}
+
+// names says which pipelines are registered, for an error.
+func names(ctx context.Context, kv jetstream.KeyValue) string {
+	keys, err := kv.Keys(ctx)
+	if err != nil || len(keys) == 0 {
+		return "none is registered"
+	}
+	slices.Sort(keys)
+	return fmt.Sprintf("registered: %v", keys)
+}
