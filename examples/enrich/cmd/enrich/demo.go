@@ -231,4 +231,8 @@ func printTable(w io.Writer, r map[string]tally) {
 	fmt.Fprintf(w, "\nthe failures cost cairn %s and %d repeated calls; the plain job %s, %d repeated calls and %d duplicate uploads\n",
 		lost("cairn").Round(100*time.Millisecond), r["cairn, failures"].repeated, lost("plain").Round(100*time.Millisecond),
 		r["plain, failures"].repeated, r["plain, failures"].dups)
+	if c := r["cairn, failures"]; c.calls["upload"] > c.uploads {
+		fmt.Fprintf(w, "cairn's %d upload calls beyond its %d rows are the killed attempt's uploads sent again under their keys: the upload system answers them from its store and writes no row\n",
+			c.calls["upload"]-c.uploads, c.uploads)
+	}
 }
