@@ -88,7 +88,7 @@ func newJob(t *testing.T, n int, sc stubapi.Config) *job {
 		"ENRICH_DATA_DIR=" + dir,
 		"ENRICH_PROFILE_URL=" + apis.ProfileURL, "ENRICH_GEO_URL=" + apis.GeoURL, "ENRICH_RISK_URL=" + apis.RiskURL,
 		"ENRICH_UPLOAD_URL=" + apis.UploadURL,
-		"ENRICH_CALL_TIMEOUT=500ms", "ENRICH_GEO_RPS=15", // below the geo API's 20 a second: no 429
+		"ENRICH_CALL_TIMEOUT=2s", "ENRICH_GEO_RPS=15", // below the geo API's 20 a second: no 429
 		"CAIRN_LEASE=3s", "CAIRN_HEARTBEAT=1s",
 	}}
 	return j
