@@ -115,7 +115,7 @@ func config(ctx context.Context, js jetstream.JetStream, s Settings) (app.Config
 	return app.Config{
 		JS: js, Pipeline: enrich.Pipeline, Steps: steps, KeysDir: filepath.Join(s.DataDir, "keys"),
 		Limits: map[string]ratelimit.Limit{enrich.RateSetting: enrich.GeoLimit(s.GeoRPS)},
-		Lease: s.Lease, Heartbeat: s.Heartbeat, Faults: fs,
+		Lease:  s.Lease, Heartbeat: s.Heartbeat, Faults: fs,
 		Logger: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}, nil
 }
