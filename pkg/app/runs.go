@@ -15,12 +15,10 @@ import (
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
 
-// StartSubject is where a run is started: a flat JSON object of run_id and the pipeline's
-// own members, as `nats pub cairn.runs.start '{"run_id":"r-1","source":"records.jsonl"}'`.
-const StartSubject = "cairn.runs.start"
-
 // Start asks the supervisor to start run runID on input, the pipeline's own members (its
-// Definition.CheckInput validates them). Publishing the same start twice starts one run.
+// Definition.CheckInput validates them), on events.RunStartSubject: a flat JSON object, as
+// `nats pub cairn.runs.start '{"run_id":"r-1","source":"records.jsonl"}'` sends it.
+// Publishing the same start twice starts one run.
 func Start(ctx context.Context, js jetstream.JetStream, runID string, input map[string]any) error {
 	params := make(map[string]json.RawMessage, len(input))
 	for k, v := range input {
@@ -34,7 +32,7 @@ func Start(ctx context.Context, js jetstream.JetStream, runID string, input map[
 	if err != nil {
 		return fmt.Errorf("start %s: %w", runID, err)
 	}
-	m := nats.NewMsg(StartSubject)
+	m := nats.NewMsg(events.RunStartSubject)
 	m.Data = body
 	m.Header.Set(jetstream.MsgIDHeader, "start-"+runID)
 	if _, err := js.PublishMsg(ctx, m); err != nil {
