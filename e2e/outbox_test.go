@@ -255,7 +255,7 @@ func TestHandoverNoticeOfACorruptRecordIsDelivered(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A step event for it: the step finds the record untrusted and hands it over by its note.
-	if err := runner.PublishStep(ctx, n.js, "/cairn/test", bad, "fetch", 0, 1, time.Now()); err != nil {
+	if err := runner.PublishStep(ctx, n.js, assets.Default, "/cairn/test", bad, "fetch", 0, 1, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	key := bad + ":handover:record:mail"

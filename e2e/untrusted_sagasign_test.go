@@ -118,7 +118,7 @@ func TestUntrustedSagaAndOutboxSigned(t *testing.T) {
 	})
 
 	t.Run("forged saga records are not reversed", func(t *testing.T) {
-		real, _, err := saga.Effects(ctx, d.js, nil, runID)
+		real, _, err := saga.Effects(ctx, d.js, assets.Default, nil, runID)
 		if err != nil {
 			t.Fatal(err)
 		}

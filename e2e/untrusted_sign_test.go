@@ -158,7 +158,7 @@ func TestUntrustedSignedRecordsAndIntents(t *testing.T) {
 	if err != nil {
 		t.Fatalf("writing the forged record as match: %v", err)
 	}
-	if err := runner.PublishStep(ctx, mjs, "/cairn/match", runID, job.Compare, rec.Generation, rev, time.Now()); err != nil {
+	if err := runner.PublishStep(ctx, mjs, assets.Default, "/cairn/match", runID, job.Compare, rec.Generation, rev, time.Now()); err != nil {
 		t.Fatalf("publishing compare's event as match: %v", err)
 	}
 	handovers, err := d.js.KeyValue(ctx, assets.BucketHandovers)

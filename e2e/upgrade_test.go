@@ -138,7 +138,7 @@ func TestUpgradeResumesOldRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The event compare's process died before publishing, as the old release would have.
-		if err := runner.PublishStep(ctx, js, "/cairn/"+job.Compare, runID, job.PostLedger, old.Generation, rev, time.Now()); err != nil {
+		if err := runner.PublishStep(ctx, js, assets.Default, "/cairn/"+job.Compare, runID, job.PostLedger, old.Generation, rev, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	})

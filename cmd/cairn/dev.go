@@ -54,7 +54,7 @@ func cmdInit(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Printf("every service's signing key is registered (seeds in %s); unsigned records accepted up to revision %d\n", c.SigningSeedDir, seal.Runs)
-	return nil
+	return initRegistered(ctx, js)
 }
 
 func cmdDev(ctx context.Context, args []string) error {

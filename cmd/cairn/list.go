@@ -30,6 +30,7 @@ const newerSchema = "newer_schema"
 
 // runRow is one line of `cairn runs`, and with --json one object per line.
 type runRow struct {
+	Pipeline   string `json:"pipeline"`
 	RunID      string `json:"run_id"`
 	Status     string `json:"status"`
 	Step       string `json:"step"`        // the current step, "-" when every step is verified
@@ -56,12 +57,13 @@ func cmdRuns(ctx context.Context, args []string) error {
 	statusFlag := fs.String("status", "", "only runs with one of these statuses (comma-separated; "+untrusted+" for records that do not decode)")
 	stepFlag := fs.String("step", "", "only runs whose current step is STEP (- for runs with every step verified)")
 	raw := fs.Bool("json", false, "print one JSON object per run and line")
+	only := fs.String("pipeline", "", "only the runs of pipeline NAME (default: the reference night's and every registered pipeline's)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 0 {
-		return fmt.Errorf("%w: runs [--status S[,S]] [--step STEP] [--json] takes no arguments, got %q", errUsage, pos)
+		return fmt.Errorf("%w: runs [--status S[,S]] [--step STEP] [--pipeline NAME] [--json] takes no arguments, got %q", errUsage, pos)
 	}
 	statuses, err := parseStatuses(*statusFlag)
 	if err != nil {
@@ -77,14 +79,24 @@ func cmdRuns(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	store, err := openRuns(ctx, js)
+	pipes, err := openPipelines(ctx, js, *only)
 	if err != nil {
 		return err
 	}
-	rows, err := listRuns(ctx, store, time.Now())
-	if err != nil {
-		return err
+	var rows []runRow
+	for _, p := range pipes {
+		some, err := listRuns(ctx, p.store, time.Now())
+		if err != nil {
+			return err
+		}
+		for i := range some {
+			some[i].Pipeline = p.name
+		}
+		rows = append(rows, some...)
 	}
+	slices.SortStableFunc(rows, func(a, b runRow) int {
+		return cmp.Or(boolOrder(a.created.IsZero(), b.created.IsZero()), a.created.Compare(b.created))
+	})
 	rows = slices.DeleteFunc(rows, func(r runRow) bool {
 		return (len(statuses) > 0 && !slices.Contains(statuses, r.Status)) || (*stepFlag != "" && r.Step != *stepFlag)
 	})
@@ -106,6 +118,11 @@ func cmdRuns(ctx context.Context, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+	// The pipeline's column shows when the runs are of more than one.
+	several := slices.ContainsFunc(rows, func(r runRow) bool { return r.Pipeline != rows[0].Pipeline })
+	if several {
+		fmt.Fprint(tw, "PIPELINE\t")
+	}
 	fmt.Fprintln(tw, "RUN\tSTATUS\tSTEP\tAGE\tIDLE\tRESTARTS\tGEN\tNEXT ACTION")
 	for _, r := range rows {
 		step, next := r.Step, r.NextAction
@@ -114,6 +131,9 @@ func cmdRuns(ctx context.Context, args []string) error {
 			next = r.Reason
 		case r.Step != "-":
 			step = fmt.Sprintf("%s (%d/%d)", r.Step, r.StepNumber, r.Steps)
+		}
+		if several {
+			fmt.Fprint(tw, r.Pipeline+"\t")
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", r.RunID, r.Status, step, r.Age, cmp.Or(r.Idle, "-"), r.Restarts, r.Generation, cutRunes(next, 72))
 	}

@@ -333,7 +333,7 @@ func printUndelivered(ctx context.Context, js jetstream.JetStream, r *kc.Record)
 	if ring, err := identity.OpenRing(ctx, js); err == nil {
 		trust = &outbox.Trust{Ring: ring}
 	}
-	pending, queued, err := supervisor.Undelivered(ctx, js, trust, marks, r)
+	pending, queued, err := supervisor.Undelivered(ctx, js, assets.Default, trust, marks, r)
 	if err != nil {
 		fmt.Printf("outbox     unknown: %v\n", err)
 		return

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 )
 
@@ -39,11 +40,16 @@ const (
 )
 
 // RateSetting names the setting of the geo API's declared rate (Config.GeoRate), kept for
-// every instance at once in cairn-limits; a 429's Retry-After is held for all of them.
+// every instance at once in cairn-enrich-limits; a 429's Retry-After is held for all of them.
 const RateSetting = "ENRICH_GEO_RPS"
 
 // ParamSource is the one member of a run's input: the path of the records file.
 const ParamSource = "source"
+
+// Space is the job's share of the NATS account, named after it: its streams (CAIRN_ENRICH_*),
+// buckets (cairn-enrich-*) and subjects (cairn.enrich.*), beside the reference night's or any
+// other pipeline's on the same NATS.
+var Space = assets.MustSpace(Pipeline.Name)
 
 // Pipeline is the job's definition: each step's kind decides how it recovers, and what it
 // declares the runner checks against what it does (a fenced step raises fences, a call is
@@ -60,9 +66,9 @@ var Pipeline = pipeline.Definition{
 		},
 		{
 			Name: Enrich, Kind: pipeline.ModelCall, Leased: true, Recovery: "each answer memoised; a record answered once is never asked again",
-			Checkpoint:  "every answer word for word (cairn-memo), then the enriched records",
+			Checkpoint:  "every answer word for word (cairn-enrich-memo), then the enriched records",
 			Effects:     "three API calls per record, side by side: profile (slow), geo (rate-limited), risk (times out on some records)",
-			Memo:        "cairn-memo, key <run>.<api>.<record id>, read before the call, saved with Create; the call is on the timeline (memo.called) before it is made",
+			Memo:        "cairn-enrich-memo, key <run>.<api>.<record id>, read before the call, saved with Create; the call is on the timeline (memo.called) before it is made",
 			ItemRetries: true, RateLimit: RateSetting,
 		},
 		{

@@ -32,7 +32,7 @@ type Config struct {
 	// which is retried (Attempt.Retry), and then the attempt.
 	CallTimeout time.Duration
 	// GeoRate is the geo API's declared rate, in calls per second (default 15), held for
-	// every instance in cairn-limits.
+	// every instance in cairn-enrich-limits.
 	GeoRate float64
 }
 
@@ -62,7 +62,7 @@ func Steps(ctx context.Context, js jetstream.JetStream, c Config) (map[string]ru
 
 // GeoLimit is the geo API's limit at rate calls a second, shared by every instance.
 func GeoLimit(rate float64) ratelimit.Limit {
-	return ratelimit.Limit{Bucket: assets.BucketLimits, Key: "geo", PerSecond: rate}
+	return ratelimit.Limit{Bucket: Space.Bucket(assets.BucketLimits), Key: "geo", PerSecond: rate}
 }
 
 // fetched is fetch's output.
@@ -222,7 +222,7 @@ func (enrichStep) Progress(ctx context.Context, a *runner.Attempt) (runner.Progr
 	if err != nil {
 		return runner.Progress{}, err
 	}
-	return runner.Progress{Memoised: n, Where: "nats kv ls cairn-memo | grep '^" + a.RunID + "\\.'"}, nil
+	return runner.Progress{Memoised: n, Where: "nats kv ls " + Space.Bucket(assets.BucketMemo) + " | grep '^" + a.RunID + "\\.'"}, nil
 }
 
 type validateStep struct{}

@@ -299,7 +299,7 @@ func cairnTransitions(ctx context.Context, c TransitionsConfig, dir string, res 
 		if err != nil {
 			return fmt.Errorf("starting run %s: %w", runID, err)
 		}
-		if err := runner.PublishStep(ctx, js, "/cairn/bench", runID, first, 0, rev, time.Now()); err != nil {
+		if err := runner.PublishStep(ctx, js, assets.Default, "/cairn/bench", runID, first, 0, rev, time.Now()); err != nil {
 			return fmt.Errorf("starting run %s: %w", runID, err)
 		}
 	}

@@ -115,7 +115,7 @@ func (f *nightFixture) start(t *testing.T, runID string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := runner.PublishStep(ctx, f.js, "/cairn/test", runID, Fetch, 0, rev, time.Now()); err != nil {
+	if err := runner.PublishStep(ctx, f.js, assets.Default, "/cairn/test", runID, Fetch, 0, rev, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/identity"
 )
 
@@ -58,7 +59,7 @@ func EnsureSeed(dir, name string) (string, error) { return identity.EnsureSeed(d
 // in CAIRN_SIGNING_SEED_DIR (made there when missing), and records the seal once (package
 // identity): admin only, as cairn init and cairn dev run it. It returns the seal that holds.
 func RegisterKeys(ctx context.Context, js jetstream.JetStream, c Config, names ...string) (identity.Seal, error) {
-	seal, err := identity.RegisterSeeds(ctx, js, c.SigningSeedDir, names...)
+	seal, err := identity.RegisterSeeds(ctx, js, assets.Default, c.SigningSeedDir, names...)
 	if err != nil {
 		return seal, fmt.Errorf("CAIRN_SIGNING_SEED_DIR: %w", err)
 	}

@@ -289,7 +289,7 @@ func (d *Deps) RunStep(ctx context.Context, env *night.Env, step string) error {
 // settleAs settles a finishing run by store's signer.
 func (d *Deps) settleAs(store *kc.Store) func(ctx context.Context, runID string) {
 	return func(ctx context.Context, runID string) {
-		if _, err := supervisor.Settle(ctx, d.JS, store, d.Marks, runID, d.Now); err != nil {
+		if _, err := supervisor.Settle(ctx, d.JS, assets.Default, store, d.Marks, runID, d.Now); err != nil {
 			d.Logger.Warn("settling run", slog.String("run_id", runID), slog.Any("error", err))
 		}
 	}

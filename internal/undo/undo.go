@@ -231,7 +231,7 @@ func (c *Compensator) undo(ctx context.Context, m jetstream.Msg, runID, id strin
 	}
 	if l := rec.Lease; l != nil {
 		if l.Step == Step && runner.OwnerGone(ctx, c.cfg.JS.Conn(), *l, c.cfg.TakeoverGap) {
-			if _, err := runner.ReleaseLease(ctx, c.cfg.JS, c.cfg.Store, "/cairn/compensator", runID, *l, "owner "+l.Owner+" gone (no responders)", c.cfg.Now); err != nil {
+			if _, err := runner.ReleaseLease(ctx, c.cfg.JS, assets.Default, c.cfg.Store, "/cairn/compensator", runID, *l, "owner "+l.Owner+" gone (no responders)", c.cfg.Now); err != nil {
 				return err
 			}
 		}
@@ -240,7 +240,7 @@ func (c *Compensator) undo(ctx context.Context, m jetstream.Msg, runID, id strin
 	if busy(rec) {
 		return nil // after the other undo
 	}
-	effects, forged, err := saga.Effects(ctx, c.cfg.JS, runner.SagaTrust(c.cfg.Store), runID)
+	effects, forged, err := saga.Effects(ctx, c.cfg.JS, assets.Default, runner.SagaTrust(c.cfg.Store), runID)
 	if err != nil {
 		return err
 	}

@@ -8,8 +8,9 @@
 // fencing tokens, memoised calls, the saga of outside writes, handovers) is the framework's.
 //
 // One process may run every service (Run with no names) or one (Run with its name), so each
-// step scales on its own. A pipeline hosted here has the NATS account to itself: its assets
-// carry the names of package assets.
+// step scales on its own. Several pipelines share one NATS account: each has its own
+// assets.Space, named after it (streams CAIRN_<NAME>_*, buckets cairn-<name>-*, subjects
+// under cairn.<name>.), so their durables, run ids and keys never meet.
 package app
 
 import (
@@ -74,9 +75,16 @@ type Config struct {
 // Services are the pipeline's services: its steps, in order, and the supervisor.
 func (c Config) Services() []string { return append(c.Pipeline.Names(), Supervisor) }
 
+// Space is the pipeline's share of the NATS account, named after it (assets.SpaceOf); an
+// invalid name is reported by Init and Run.
+func (c Config) Space() assets.Space {
+	sp, _ := assets.SpaceOf(c.Pipeline.Name)
+	return sp
+}
+
 // Assets is the pipeline's asset configuration.
 func (c Config) Assets() assets.Config {
-	return assets.Config{Replicas: c.Replicas, Steps: c.Pipeline.Names(), AckWait: c.AckWait}
+	return assets.Config{Space: c.Space(), Replicas: c.Replicas, Steps: c.Pipeline.Names(), AckWait: c.AckWait}
 }
 
 // validate checks the configuration; withSteps: the steps' implementations too (Init
@@ -88,6 +96,9 @@ func (c Config) validate(withSteps bool) error {
 	}
 	if err := c.Pipeline.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("pipeline %q: %w", c.Pipeline.Name, err))
+	}
+	if _, err := assets.SpaceOf(c.Pipeline.Name); err != nil {
+		errs = append(errs, err)
 	}
 	if c.KeysDir == "" {
 		errs = append(errs, errors.New("no KeysDir for the services' signing seeds"))
@@ -119,7 +130,7 @@ func Init(ctx context.Context, c Config) error {
 	if err := assets.Ensure(ctx, c.JS, c.Assets()); err != nil {
 		return err
 	}
-	if _, err := identity.RegisterSeeds(ctx, c.JS, c.KeysDir, c.Services()...); err != nil {
+	if _, err := identity.RegisterSeeds(ctx, c.JS, c.Space(), c.KeysDir, c.Services()...); err != nil {
 		return err
 	}
 	return register(ctx, c)
@@ -196,16 +207,17 @@ func open(ctx context.Context, c Config, services []string) (*host, error) {
 			return nil, fmt.Errorf("KeysDir %s: %w (run app.Init)", c.KeysDir, err)
 		}
 	}
-	if h.ring, err = identity.OpenRing(ctx, c.JS); err != nil {
+	if h.ring, err = identity.OpenRingIn(ctx, c.JS, c.Space()); err != nil {
 		return nil, fmt.Errorf("the signing keys (run app.Init): %w", err)
 	}
-	if h.store, err = kc.Open(ctx, c.JS, assets.BucketRuns, kc.WithClock(func() time.Time { return c.Now() }), kc.WithRing(h.ring), kc.WithPipeline(c.Pipeline.Names())); err != nil {
+	if h.store, err = kc.Open(ctx, c.JS, c.Space().Bucket(assets.BucketRuns), kc.WithClock(func() time.Time { return c.Now() }), kc.WithRing(h.ring), kc.WithPipeline(c.Pipeline.Names())); err != nil {
 		return nil, err
 	}
-	if h.artifacts, err = artifacts.Open(ctx, c.JS, assets.ObjectArtifacts); err != nil {
+	if h.artifacts, err = artifacts.Open(ctx, c.JS, c.Space().Bucket(assets.ObjectArtifacts)); err != nil {
 		return nil, err
 	}
 	for name, kv := range map[string]*jetstream.KeyValue{assets.BucketHandovers: &h.handovers, assets.BucketOutbox: &h.marks, assets.BucketMemo: &h.memo, assets.BucketNaturalKeys: &h.natural} {
+		name = c.Space().Bucket(name)
 		if *kv, err = c.JS.KeyValue(ctx, name); err != nil {
 			return nil, fmt.Errorf("looking up bucket %s: %w", name, err)
 		}
@@ -217,12 +229,12 @@ func (h *host) runStep(ctx context.Context, step string) error {
 	c := h.c
 	store := h.store.As(h.signers[step])
 	r, err := runner.New(runner.Config{
-		JS: c.JS, Store: store, Artifacts: h.artifacts, Handovers: h.handovers, Memo: h.memo, Pipeline: c.Pipeline,
+		JS: c.JS, Space: c.Space(), Store: store, Artifacts: h.artifacts, Handovers: h.handovers, Memo: h.memo, Pipeline: c.Pipeline,
 		StepName: step, Step: c.Steps[step], Heartbeat: c.Heartbeat, Lease: c.Lease, TakeoverGap: c.TakeoverGap,
 		RetryAttempts: c.RetryAttempts, LoopGuard: c.LoopGuard, Concurrency: c.Concurrency, StopGrace: c.StopGrace,
 		Faults: c.Faults, Now: c.Now, Metrics: c.Metrics, Logger: c.Logger.With(slog.String("service", step)),
 		Finishing: func(ctx context.Context, runID string) {
-			if _, err := supervisor.Settle(ctx, c.JS, store, h.marks, runID, c.Now); err != nil {
+			if _, err := supervisor.Settle(ctx, c.JS, c.Space(), store, h.marks, runID, c.Now); err != nil {
 				c.Logger.Warn("settling run", slog.String("run_id", runID), slog.Any("error", err))
 			}
 		},
@@ -236,7 +248,7 @@ func (h *host) runStep(ctx context.Context, step string) error {
 func (h *host) runSupervisor(ctx context.Context) error {
 	c := h.c
 	s, err := supervisor.New(supervisor.Config{
-		JS: c.JS, Store: h.store.As(h.signers[Supervisor]), Approvers: h.ring, Marks: h.marks, Handovers: h.handovers,
+		JS: c.JS, Space: c.Space(), Store: h.store.As(h.signers[Supervisor]), Approvers: h.ring, Marks: h.marks, Handovers: h.handovers,
 		NaturalKeys: h.natural, Pipeline: c.Pipeline, Lease: c.Lease, Heartbeat: c.Heartbeat, TakeoverGap: c.TakeoverGap,
 		StallTimeout: c.StallTimeout, Now: c.Now, Metrics: c.Metrics, Faults: c.Faults,
 		Logger: c.Logger.With(slog.String("service", Supervisor)),

@@ -66,7 +66,7 @@ func ExampleRun() {
 		JS: js, KeysDir: filepath.Join(dir, "keys"),
 		Pipeline: pipeline.Definition{Name: "greet", Input: []string{"name"}, Steps: []pipeline.Step{
 			{Name: "read", Kind: pipeline.SourceRead, Recovery: "read again"},
-			{Name: "shout", Kind: pipeline.ModelCall, Leased: true, Effects: "a paid call", Memo: "cairn-memo, <run>.shout.<name>", Recovery: "memoised: never asked twice"},
+			{Name: "shout", Kind: pipeline.ModelCall, Leased: true, Effects: "a paid call", Memo: "cairn-greet-memo, <run>.shout.<name>", Recovery: "memoised: never asked twice"},
 		}},
 		Steps: map[string]runner.Step{"read": readName{}, "shout": shout{}},
 	}
@@ -81,11 +81,11 @@ func ExampleRun() {
 	done := make(chan error, 1)
 	go func() { done <- app.Run(running, cfg) }()
 
-	if err := app.Start(ctx, js, "greet-1", map[string]any{"name": "cairn"}); err != nil {
+	if err := app.Start(ctx, js, "greet", "greet-1", map[string]any{"name": "cairn"}); err != nil {
 		fmt.Println(err)
 		return
 	}
-	rec, err := app.Wait(ctx, js, "greet-1")
+	rec, err := app.Wait(ctx, js, "greet", "greet-1")
 	if err != nil {
 		fmt.Println(err)
 		return

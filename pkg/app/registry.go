@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/faultmap"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
@@ -24,13 +26,28 @@ const BucketPipelines = "cairn-pipelines"
 var ErrNotRegistered = errors.New("pipeline not registered")
 
 // Registration is what Init records of a pipeline: its definition's data (its steps, its
-// input, its natural key; not its functions) and the settings its fault map is drawn under.
+// input, its natural key; not its functions), the settings its fault map is drawn under, and
+// how its assets are made (`cairn init` checks them, `cairn runs` reads its runs).
 type Registration struct {
 	Name       string            `json:"name"`
 	Input      []string          `json:"input"`
 	NaturalKey string            `json:"natural_key"`
 	Steps      []pipeline.Step   `json:"steps"`
 	Settings   faultmap.Settings `json:"settings"`
+	Replicas   int               `json:"replicas,omitempty"`
+	AckWait    time.Duration     `json:"ack_wait,omitempty"`
+}
+
+// Space is the registered pipeline's share of the NATS account.
+func (r Registration) Space() (assets.Space, error) { return assets.SpaceOf(r.Name) }
+
+// Assets is the registered pipeline's asset configuration, as its Init made it.
+func (r Registration) Assets() (assets.Config, error) {
+	sp, err := r.Space()
+	if err != nil {
+		return assets.Config{}, err
+	}
+	return assets.Config{Space: sp, Replicas: r.Replicas, Steps: r.Definition().Names(), AckWait: r.AckWait}, nil
 }
 
 // Definition is the registered definition (without CheckInput and RunID, which are code).
@@ -53,7 +70,7 @@ func (c Config) registration() Registration {
 		s.SharedLimits[setting] = l
 	}
 	d := c.Pipeline
-	return Registration{Name: d.Name, Input: d.Input, NaturalKey: d.NaturalKey, Steps: d.Steps, Settings: s}
+	return Registration{Name: d.Name, Input: d.Input, NaturalKey: d.NaturalKey, Steps: d.Steps, Settings: s, Replicas: c.Replicas, AckWait: c.AckWait}
 }
 
 // register records c's registration in BucketPipelines, making the bucket when missing.
@@ -93,6 +110,35 @@ func Registered(ctx context.Context, js jetstream.JetStream, name string) (Regis
 		return r, fmt.Errorf("the registration of %q in %s: %w", name, BucketPipelines, err)
 	}
 	return r, nil
+}
+
+// All reads every registered pipeline's registration, sorted by name; none (and no error)
+// when the bucket is missing.
+func All(ctx context.Context, js jetstream.JetStream) ([]Registration, error) {
+	kv, err := js.KeyValue(ctx, BucketPipelines)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	keys, err := kv.Keys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", BucketPipelines, err)
+	}
+	slices.Sort(keys)
+	out := make([]Registration, 0, len(keys))
+	for _, k := range keys {
+		r, err := Registered(ctx, js, k)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // names says which pipelines are registered, for an error.

@@ -15,11 +15,15 @@ import (
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
 
-// Start asks the supervisor to start run runID on input, the pipeline's own members (its
-// Definition.CheckInput validates them), on events.RunStartSubject: a flat JSON object, as
-// `nats pub cairn.runs.start '{"run_id":"r-1","source":"records.jsonl"}'` sends it.
-// Publishing the same start twice starts one run.
-func Start(ctx context.Context, js jetstream.JetStream, runID string, input map[string]any) error {
+// Start asks the supervisor of pipeline name to start run runID on input, the pipeline's own
+// members (its Definition.CheckInput validates them), on its space's start subject: a flat
+// JSON object, as `nats pub cairn.enrich.runs.start '{"run_id":"r-1","source":"records.jsonl"}'`
+// sends it to pipeline enrich. Publishing the same start twice starts one run.
+func Start(ctx context.Context, js jetstream.JetStream, name, runID string, input map[string]any) error {
+	sp, err := assets.SpaceOf(name)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", runID, err)
+	}
 	params := make(map[string]json.RawMessage, len(input))
 	for k, v := range input {
 		b, err := json.Marshal(v)
@@ -32,7 +36,7 @@ func Start(ctx context.Context, js jetstream.JetStream, runID string, input map[
 	if err != nil {
 		return fmt.Errorf("start %s: %w", runID, err)
 	}
-	m := nats.NewMsg(events.RunStartSubject)
+	m := nats.NewMsg(sp.RunStart())
 	m.Data = body
 	m.Header.Set(jetstream.MsgIDHeader, "start-"+runID)
 	if _, err := js.PublishMsg(ctx, m); err != nil {
@@ -47,10 +51,14 @@ func Ended(s kc.Status) bool {
 	return s == kc.Done || s == kc.HandedOver || s == kc.Undone || s == kc.Cancelled
 }
 
-// Wait reads run runID's checkpoint until the run has ended (Ended) and returns its
-// record, or ctx's error with the last record read.
-func Wait(ctx context.Context, js jetstream.JetStream, runID string) (*kc.Record, error) {
-	store, err := kc.Open(ctx, js, assets.BucketRuns)
+// Wait reads the checkpoint of pipeline name's run runID until the run has ended (Ended)
+// and returns its record, or ctx's error with the last record read.
+func Wait(ctx context.Context, js jetstream.JetStream, name, runID string) (*kc.Record, error) {
+	sp, err := assets.SpaceOf(name)
+	if err != nil {
+		return nil, err
+	}
+	store, err := kc.Open(ctx, js, sp.Bucket(assets.BucketRuns))
 	if err != nil {
 		return nil, err
 	}

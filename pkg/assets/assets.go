@@ -64,6 +64,7 @@ var ErrMissing = errors.New("asset missing")
 
 // Config says how the assets are made.
 type Config struct {
+	Space      Space         // whose assets; the zero Space is the reference night's
 	Replicas   int           // default 1
 	Steps      []string      // the pipeline's step names: one durable each on CAIRN_STEPS
 	AckWait    time.Duration // step consumers' ack wait; default 30s
@@ -100,15 +101,16 @@ func (c Config) Streams() []jetstream.StreamConfig {
 			Replicas: c.Replicas, Discard: jetstream.DiscardOld, Duplicates: 2 * time.Minute, PersistMode: pm,
 		}
 	}
+	sp := c.Space
 	return []jetstream.StreamConfig{
-		st(StreamRuns, []string{"cairn.runs.start", "cairn.runs.*.*"}, jetstream.WorkQueuePolicy, jetstream.DefaultPersistMode),
-		st(StreamSteps, []string{"cairn.step.*.*"}, jetstream.WorkQueuePolicy, async),
-		st(StreamSaga, []string{"cairn.saga.>"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode),
-		st(StreamOutbox, []string{"cairn.outbox.>"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode),
+		st(sp.Stream(StreamRuns), []string{sp.RunStart(), sp.RunsPrefix() + "*.*"}, jetstream.WorkQueuePolicy, jetstream.DefaultPersistMode),
+		st(sp.Stream(StreamSteps), []string{sp.StepPrefix() + "*.*"}, jetstream.WorkQueuePolicy, async),
+		st(sp.Stream(StreamSaga), []string{sp.Root() + "saga.>"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode),
+		st(sp.Stream(StreamOutbox), []string{sp.Root() + "outbox.>"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode),
 		// The timeline counts paid calls and document loads across crashes; under cairn dev the
 		// server dies with the process, so audit writes are persisted before they are acked.
-		limited(st(StreamAudit, []string{"cairn.audit.>"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode), AuditMaxAge, AuditMaxBytes, AuditMaxMsgs),
-		limited(st(StreamRejected, []string{"cairn.rejected"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode), RejectedMaxAge, RejectedMaxBytes, RejectedMaxMsgs),
+		limited(st(sp.Stream(StreamAudit), []string{sp.Root() + "audit.>"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode), AuditMaxAge, AuditMaxBytes, AuditMaxMsgs),
+		limited(st(sp.Stream(StreamRejected), []string{sp.Rejected()}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode), RejectedMaxAge, RejectedMaxBytes, RejectedMaxMsgs),
 	}
 }
 
@@ -142,16 +144,18 @@ func (c Config) Consumers() []Consumer {
 	// The outbox sender never gives a message up: it retries a temporary failure for as long
 	// as it lasts (a relay down for an hour) and settles a permanent one itself, so its
 	// durable has no delivery limit (-1) for the server to drop a message at.
-	outboxSender := durable(StreamOutbox, ConsumerOutbox, "cairn.outbox.>")
+	sp := c.Space
+	outboxSender := durable(sp.Stream(StreamOutbox), ConsumerOutbox, sp.Root()+"outbox.>")
 	outboxSender.Config.MaxDeliver = -1
+	runs := sp.RunsPrefix() + "*."
 	out := []Consumer{
-		durable(StreamRuns, ConsumerControl, "cairn.runs.start", "cairn.runs.*.resume", "cairn.runs.*.approve",
-			"cairn.runs.*.reject", "cairn.runs.*.cancel", "cairn.runs.*.rerun"),
-		durable(StreamRuns, ConsumerCompensator, "cairn.runs.*.undo"),
+		durable(sp.Stream(StreamRuns), ConsumerControl, sp.RunStart(), runs+"resume", runs+"approve",
+			runs+"reject", runs+"cancel", runs+"rerun"),
+		durable(sp.Stream(StreamRuns), ConsumerCompensator, runs+"undo"),
 		outboxSender,
 	}
 	for _, s := range c.Steps {
-		out = append(out, durable(StreamSteps, s, "cairn.step."+s+".*"))
+		out = append(out, durable(sp.Stream(StreamSteps), s, sp.StepPrefix()+s+".*"))
 	}
 	return out
 }
@@ -163,20 +167,20 @@ func (c Config) Buckets() []jetstream.KeyValueConfig {
 		return jetstream.KeyValueConfig{Bucket: name, History: history, Storage: jetstream.FileStorage, Replicas: c.Replicas}
 	}
 	return []jetstream.KeyValueConfig{
-		kv(BucketRuns, 16),
-		kv(BucketMemo, 1),
-		kv(BucketHandovers, 8),
-		kv(BucketOutbox, 4),
-		kv(BucketNaturalKeys, 4),
-		kv(BucketLimits, 1),
-		kv(BucketKeys, 4),
+		kv(c.Space.Bucket(BucketRuns), 16),
+		kv(c.Space.Bucket(BucketMemo), 1),
+		kv(c.Space.Bucket(BucketHandovers), 8),
+		kv(c.Space.Bucket(BucketOutbox), 4),
+		kv(c.Space.Bucket(BucketNaturalKeys), 4),
+		kv(c.Space.Bucket(BucketLimits), 1),
+		kv(c.Space.Bucket(BucketKeys), 4),
 	}
 }
 
 // ObjectStore returns the artifact store definition.
 func (c Config) ObjectStore() jetstream.ObjectStoreConfig {
 	c = c.withDefaults()
-	return jetstream.ObjectStoreConfig{Bucket: ObjectArtifacts, Storage: jetstream.FileStorage, Replicas: c.Replicas}
+	return jetstream.ObjectStoreConfig{Bucket: c.Space.Bucket(ObjectArtifacts), Storage: jetstream.FileStorage, Replicas: c.Replicas}
 }
 
 // Ensure creates every missing asset and checks every existing one. The changes it makes
@@ -213,7 +217,7 @@ func apply(ctx context.Context, js jetstream.JetStream, c Config, create bool, c
 		errs = append(errs, ensureStream(ctx, js, want, create, changed))
 	}
 	for _, want := range c.Buckets() {
-		errs = append(errs, ensureBucket(ctx, js, want, create))
+		errs = append(errs, ensureBucket(ctx, js, want, want.Bucket == c.Space.Bucket(BucketRuns), create))
 	}
 	errs = append(errs, ensureObjectStore(ctx, js, c.ObjectStore(), create))
 	if err := errors.Join(errs...); err != nil {
@@ -296,13 +300,14 @@ func compareStream(got, want jetstream.StreamConfig) error {
 	return errors.Join(diffs...)
 }
 
-func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, create bool) error {
+// ensureBucket: epoch, whether the bucket is the runs' (whose metadata holds the epoch).
+func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, epoch, create bool) error {
 	_, err := js.KeyValue(ctx, want.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		if !create {
 			return fmt.Errorf("bucket %s: %w", want.Bucket, ErrMissing)
 		}
-		if want.Bucket == BucketRuns {
+		if epoch {
 			want.Metadata = map[string]string{EpochKey: newEpoch()}
 		}
 		if _, err := js.CreateKeyValue(ctx, want); err != nil {
@@ -328,7 +333,7 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.Ke
 	if int64(want.History) != got.MaxMsgsPerSubject {
 		diffs = append(diffs, fmt.Errorf("bucket %s: history is %d, want %d: %w", want.Bucket, got.MaxMsgsPerSubject, want.History, ErrMismatch))
 	}
-	if want.Bucket == BucketRuns && got.Metadata[EpochKey] == "" {
+	if epoch && got.Metadata[EpochKey] == "" {
 		diffs = append(diffs, fmt.Errorf("bucket %s: no %s in its metadata: %w", want.Bucket, EpochKey, ErrMismatch))
 	}
 	return errors.Join(diffs...)

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 )
 
@@ -21,6 +22,7 @@ type Publisher struct {
 	js     jetstream.JetStream
 	source string
 	now    func() time.Time
+	space  assets.Space
 }
 
 // New returns a publisher whose events have source /cairn/<service>.
@@ -29,6 +31,13 @@ func New(js jetstream.JetStream, service string, now func() time.Time) *Publishe
 		now = time.Now
 	}
 	return &Publisher{js: js, source: "/cairn/" + service, now: now}
+}
+
+// In is p publishing in space sp (a pipeline's own timeline and refusals), not the default.
+func (p *Publisher) In(sp assets.Space) *Publisher {
+	q := *p
+	q.space = sp
+	return &q
 }
 
 // Batch collects the asynchronous publishes of one attempt.
@@ -47,7 +56,7 @@ func (p *Publisher) msg(id string, a events.Audit) (*nats.Msg, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building audit event %q: %w", id, err)
 	}
-	return events.Encode(events.AuditSubject(a.RunID), e)
+	return events.Encode(p.space.Audit(a.RunID), e)
 }
 
 // pruneAt is how many unsettled publishes a batch holds before it drops the settled ones: a
@@ -151,7 +160,7 @@ func (p *Publisher) Reject(ctx context.Context, id, runID string, r events.Rejec
 	if err != nil {
 		return fmt.Errorf("building rejection %q: %w", id, err)
 	}
-	m, err := events.Encode(events.RejectedSubject, e)
+	m, err := events.Encode(p.space.Rejected(), e)
 	if err != nil {
 		return fmt.Errorf("encoding rejection %q: %w", id, err)
 	}

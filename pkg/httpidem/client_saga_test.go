@@ -57,7 +57,7 @@ func TestClientRecordsIntentAndReceiptOnTheSaga(t *testing.T) {
 	if ranAtIntent != 0 {
 		t.Errorf("the handler had run %d times when the intent was recorded, want 0", ranAtIntent)
 	}
-	tally, err := saga.ReadTally(ctx, js, nil, run, step, 1)
+	tally, err := saga.ReadTally(ctx, js, assets.Default, nil, run, step, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -159,22 +159,28 @@ type Ring struct {
 // maxChecked bounds the signatures a ring remembers.
 const maxChecked = 8192
 
-// OpenRing reads the seal from the bucket; keys are read when first needed.
+// OpenRing reads the seal from the default space's bucket; keys are read when first needed.
 func OpenRing(ctx context.Context, js jetstream.JetStream) (*Ring, error) {
-	kv, err := js.KeyValue(ctx, Bucket)
+	return OpenRingIn(ctx, js, assets.Default)
+}
+
+// OpenRingIn is OpenRing reading space sp's keys bucket.
+func OpenRingIn(ctx context.Context, js jetstream.JetStream, sp assets.Space) (*Ring, error) {
+	bucket := sp.Bucket(Bucket)
+	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
-		return nil, fmt.Errorf("looking up bucket %s (run cairn init): %w", Bucket, err)
+		return nil, fmt.Errorf("looking up bucket %s (run cairn init): %w", bucket, err)
 	}
 	r := &Ring{kv: kv, keys: map[string]string{}, checked: map[string]struct{}{}}
 	e, err := kv.Get(ctx, SealKey)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return nil, fmt.Errorf("bucket %s: %w", Bucket, ErrNoSeal)
+		return nil, fmt.Errorf("bucket %s: %w", bucket, ErrNoSeal)
 	case err != nil:
-		return nil, fmt.Errorf("reading the seal in %s: %w", Bucket, err)
+		return nil, fmt.Errorf("reading the seal in %s: %w", bucket, err)
 	}
 	if err := json.Unmarshal(e.Value(), &r.seal); err != nil {
-		return nil, fmt.Errorf("reading the seal in %s: %w", Bucket, err)
+		return nil, fmt.Errorf("reading the seal in %s: %w", bucket, err)
 	}
 	return r, nil
 }

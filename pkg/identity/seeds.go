@@ -62,11 +62,12 @@ func SignerFrom(dir, name string) (*Signer, error) {
 
 // RegisterSeeds registers the public key of every named service in the keys bucket, from
 // its seed in dir (made there when missing), and records the seal once (the package doc):
-// the admin's work, as cairn init does it. It returns the seal that holds.
-func RegisterSeeds(ctx context.Context, js jetstream.JetStream, dir string, names ...string) (Seal, error) {
-	kv, err := js.KeyValue(ctx, Bucket)
+// the admin's work, as cairn init does it. It returns the seal that holds. The bucket and
+// the sealed streams are space sp's.
+func RegisterSeeds(ctx context.Context, js jetstream.JetStream, sp assets.Space, dir string, names ...string) (Seal, error) {
+	kv, err := js.KeyValue(ctx, sp.Bucket(Bucket))
 	if err != nil {
-		return Seal{}, fmt.Errorf("looking up bucket %s: %w", Bucket, err)
+		return Seal{}, fmt.Errorf("looking up bucket %s: %w", sp.Bucket(Bucket), err)
 	}
 	for _, name := range names {
 		pub, err := EnsureSeed(dir, name)
@@ -82,7 +83,7 @@ func RegisterSeeds(ctx context.Context, js jetstream.JetStream, dir string, name
 		}
 	}
 	seal := Seal{At: time.Now().UTC().Format(time.RFC3339)}
-	for stream, seq := range map[string]*uint64{"KV_" + assets.BucketRuns: &seal.Runs, assets.StreamSaga: &seal.Saga, assets.StreamOutbox: &seal.Outbox} {
+	for stream, seq := range map[string]*uint64{"KV_" + sp.Bucket(assets.BucketRuns): &seal.Runs, sp.Stream(assets.StreamSaga): &seal.Saga, sp.Stream(assets.StreamOutbox): &seal.Outbox} {
 		st, err := js.Stream(ctx, stream)
 		if err != nil {
 			return Seal{}, fmt.Errorf("sealing: stream %s: %w", stream, err)

@@ -111,7 +111,7 @@ func (a *Attempt) RecordEffect(ctx context.Context, r saga.Record) error {
 			a.log.Warn("intents_open left to the commit: reading the step's saga records", slog.Any("error", err))
 		}
 	}
-	if err := saga.Publish(ctx, a.r.cfg.JS, "/cairn/"+a.Step, a.r.cfg.Now(), r, saga.SignedBy(a.r.cfg.Store.Signer())); err != nil {
+	if err := saga.Publish(ctx, a.r.cfg.JS, "/cairn/"+a.Step, a.r.cfg.Now(), r, saga.SignedBy(a.r.cfg.Store.Signer()), saga.In(a.r.cfg.Space)); err != nil {
 		a.tally = nil // it may be stored all the same: a failure reads the records again
 		return err
 	}

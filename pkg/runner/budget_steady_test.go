@@ -95,7 +95,7 @@ func TestSmallOutputsNeverMakeRoom(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := runner.PublishStep(ctx, f.js, "/cairn/test", runID, "s01", 0, rev, time.Now()); err != nil {
+				if err := runner.PublishStep(ctx, f.js, assets.Default, "/cairn/test", runID, "s01", 0, rev, time.Now()); err != nil {
 					t.Fatal(err)
 				}
 				rec := f.wait(t, runID, finishing)

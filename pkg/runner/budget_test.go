@@ -95,7 +95,7 @@ func TestRecordBudgetKeepsRoomForAFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := runner.PublishStep(ctx, js, "/cairn/test", runID, "fetch", 0, rev, time.Now()); err != nil {
+	if err := runner.PublishStep(ctx, js, assets.Default, "/cairn/test", runID, "fetch", 0, rev, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	rec := f.wait(t, runID, handedOver)

@@ -55,7 +55,7 @@ func (f *fixture) readyForTwo(t testing.TB, runID string) uint64 {
 
 func (f *fixture) publishTwo(t testing.TB, runID string, rev uint64) {
 	t.Helper()
-	if err := runner.PublishStep(context.Background(), f.js, "/cairn/test", runID, "two", 0, rev, time.Now()); err != nil {
+	if err := runner.PublishStep(context.Background(), f.js, assets.Default, "/cairn/test", runID, "two", 0, rev, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -164,7 +164,7 @@ func TestRememberedRecordThatMovedOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.runAll(t, output("one"))
-	if err := runner.PublishStep(ctx, f.js, "/cairn/test", "r1", "one", 0, rev, time.Now()); err != nil {
+	if err := runner.PublishStep(ctx, f.js, assets.Default, "/cairn/test", "r1", "one", 0, rev, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	rec := f.wait(t, "r1", finishing)

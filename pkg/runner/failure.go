@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
@@ -173,7 +174,7 @@ func (r *Runner) noteOnly(ctx context.Context, runID string, cause error) {
 	n := r.note(nil, r.cfg.StepName, "record", cause, nil)
 	n.RunID = runID
 	n.ID = runID + ":handover:record"
-	n.NextAction = "inspect the checkpoint (nats kv get cairn-runs " + runID + "); it was not resumed and nothing was written"
+	n.NextAction = "inspect the checkpoint (nats kv get " + r.cfg.Space.Bucket(assets.BucketRuns) + " " + runID + "); it was not resumed and nothing was written"
 	if e, err := r.cfg.Handovers.Get(ctx, runID); err == nil {
 		var old HandoverNote
 		if json.Unmarshal(e.Value(), &old) == nil && old.ID == n.ID {

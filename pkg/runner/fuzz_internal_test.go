@@ -139,7 +139,7 @@ func FuzzRunnerProtocol(f *testing.F) {
 		if generation%4 == 3 {
 			gen = int(generation)
 		}
-		if err := PublishStep(ctx, js, "/cairn/fuzz", fuzzRunID, name, gen, rev, time.Now()); err != nil {
+		if err := PublishStep(ctx, js, assets.Default, "/cairn/fuzz", fuzzRunID, name, gen, rev, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		wait := time.Second

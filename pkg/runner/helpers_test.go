@@ -104,7 +104,7 @@ func (f *fixture) start(t *testing.T, runID string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := runner.PublishStep(ctx, f.js, "/cairn/test", runID, "one", 0, rev, time.Now()); err != nil {
+	if err := runner.PublishStep(ctx, f.js, assets.Default, "/cairn/test", runID, "one", 0, rev, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 }

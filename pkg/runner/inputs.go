@@ -57,7 +57,7 @@ func (a *Attempt) readTally(ctx context.Context) error {
 	if a.tally != nil {
 		return nil
 	}
-	t, err := saga.ReadTally(ctx, a.r.cfg.JS, SagaTrust(a.r.cfg.Store), a.RunID, a.Step, a.Generation)
+	t, err := saga.ReadTally(ctx, a.r.cfg.JS, a.r.cfg.Space, SagaTrust(a.r.cfg.Store), a.RunID, a.Step, a.Generation)
 	if err != nil {
 		return Temporary(fmt.Errorf("reading the saga records of %s: %w", a.Step, err))
 	}

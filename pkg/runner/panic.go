@@ -19,7 +19,7 @@ import (
 // is rejected instead. consume.Recover then terms the event, so it does not come back.
 func (r *Runner) handoverPanic(ctx context.Context, m *nats.Msg, seq uint64, runID string, cause error) {
 	if runID == "" {
-		r.reject(ctx, assets.StreamSteps, seq, m, "", cause)
+		r.reject(ctx, r.cfg.Space.Stream(assets.StreamSteps), seq, m, "", cause)
 		return
 	}
 	step := r.cfg.StepName

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnhq/cairn/pkg/assets"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/runner"
 )
@@ -43,7 +44,7 @@ func (f *fixture) died(t *testing.T, attempts int, p *kc.Progress) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := runner.PublishStep(ctx, f.js, "/cairn/test", "r1", "one", 0, rev, time.Now()); err != nil {
+	if err := runner.PublishStep(ctx, f.js, assets.Default, "/cairn/test", "r1", "one", 0, rev, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 }

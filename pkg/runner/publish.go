@@ -18,16 +18,16 @@ import (
 
 // PublishStep publishes a step's event with Msg-Id <run>:<step>:ready:<rev>, rev being the
 // revision of the write that scheduled it, and waits for the stream's ack.
-func PublishStep(ctx context.Context, js jetstream.JetStream, source, runID, step string, generation int, rev uint64, now time.Time) error {
-	_, err := PublishStepAck(ctx, js, source, runID, step, generation, rev, now)
+func PublishStep(ctx context.Context, js jetstream.JetStream, sp assets.Space, source, runID, step string, generation int, rev uint64, now time.Time) error {
+	_, err := PublishStepAck(ctx, js, sp, source, runID, step, generation, rev, now)
 	return err
 }
 
 // PublishStepAck is PublishStep that also says whether the stream dropped the event as a
 // duplicate of one published under the same Msg-Id within its window. The event carries the
 // trace context of ctx (or the run's own trace) in its traceparent.
-func PublishStepAck(ctx context.Context, js jetstream.JetStream, source, runID, step string, generation int, rev uint64, now time.Time) (duplicate bool, err error) {
-	m, err := stepMsg(ctx, source, runID, step, generation, rev, 0, now)
+func PublishStepAck(ctx context.Context, js jetstream.JetStream, sp assets.Space, source, runID, step string, generation int, rev uint64, now time.Time) (duplicate bool, err error) {
+	m, err := stepMsg(ctx, sp, source, runID, step, generation, rev, 0, now)
 	if err != nil {
 		return false, err
 	}
@@ -40,14 +40,14 @@ func PublishStepAck(ctx context.Context, js jetstream.JetStream, source, runID, 
 
 // stepMsg is a step's event, ready to publish; vouched is rev when the publisher vouches
 // for the source (drift.go), else 0.
-func stepMsg(ctx context.Context, source, runID, step string, generation int, rev, vouched uint64, now time.Time) (*nats.Msg, error) {
+func stepMsg(ctx context.Context, sp assets.Space, source, runID, step string, generation int, rev, vouched uint64, now time.Time) (*nats.Msg, error) {
 	id := events.StepReadyID(runID, step, rev)
 	e, err := events.New(id, events.TypeStepReady, source, runID, now, events.StepReady{RunID: runID, Step: step, Generation: generation, Vouched: vouched})
 	if err != nil {
 		return nil, fmt.Errorf("building step event %q: %w", id, err)
 	}
 	tracing.Inject(ctx, &e)
-	m, err := events.Encode(events.StepSubject(step, runID), e)
+	m, err := events.Encode(sp.Step(step, runID), e)
 	if err != nil {
 		return nil, fmt.Errorf("encoding step event %q: %w", id, err)
 	}
@@ -55,12 +55,12 @@ func stepMsg(ctx context.Context, source, runID, step string, generation int, re
 }
 
 // StepEventStored reports whether an event for the run's step waits on CAIRN_STEPS.
-func StepEventStored(ctx context.Context, js jetstream.JetStream, runID, step string) (bool, error) {
-	s, err := js.Stream(ctx, assets.StreamSteps)
+func StepEventStored(ctx context.Context, js jetstream.JetStream, sp assets.Space, runID, step string) (bool, error) {
+	s, err := js.Stream(ctx, sp.Stream(assets.StreamSteps))
 	if err != nil {
 		return false, err
 	}
-	_, err = s.GetLastMsgForSubject(ctx, events.StepSubject(step, runID))
+	_, err = s.GetLastMsgForSubject(ctx, sp.Step(step, runID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}
@@ -68,13 +68,13 @@ func StepEventStored(ctx context.Context, js jetstream.JetStream, runID, step st
 }
 
 func (r *Runner) publishStep(ctx context.Context, runID, step string, generation int, rev uint64) error {
-	return PublishStep(ctx, r.cfg.JS, "/cairn/"+r.cfg.Service, runID, step, generation, rev, r.cfg.Now())
+	return PublishStep(ctx, r.cfg.JS, r.cfg.Space, "/cairn/"+r.cfg.Service, runID, step, generation, rev, r.cfg.Now())
 }
 
 // publishStepAsync publishes a step's event as publishStep does, without waiting for its
 // ack; vouched as stepMsg's.
 func (r *Runner) publishStepAsync(ctx context.Context, runID, step string, generation int, rev, vouched uint64) (jetstream.PubAckFuture, error) {
-	m, err := stepMsg(ctx, "/cairn/"+r.cfg.Service, runID, step, generation, rev, vouched, r.cfg.Now())
+	m, err := stepMsg(ctx, r.cfg.Space, "/cairn/"+r.cfg.Service, runID, step, generation, rev, vouched, r.cfg.Now())
 	if err != nil {
 		return nil, err
 	}

@@ -35,13 +35,16 @@ type Config struct {
 	Store     *kvcheckpoint.Store
 	Artifacts *artifacts.Store
 	Handovers jetstream.KeyValue
-	// Memo keeps the answers of memoised calls (Attempt.Memo), cairn-memo; nil: a step
+	// Memo keeps the answers of memoised calls (Attempt.Memo), the space's cairn-memo; nil: a step
 	// cannot memoise.
 	Memo     jetstream.KeyValue
 	Pipeline pipeline.Definition
 	StepName string
 	Step     Step
 	Service  string // default StepName
+	// Space is the pipeline's share of the NATS account: its streams and subjects. The zero
+	// Space is the reference night's.
+	Space assets.Space
 
 	Heartbeat     time.Duration // default 5s
 	Lease         time.Duration // default 15s
@@ -164,7 +167,7 @@ func New(c Config) (*Runner, error) {
 	owner := NewOwner(c.Service)
 	return &Runner{
 		cfg: c, def: def, owner: owner,
-		audit:   audit.New(c.JS, c.Service, c.Now),
+		audit:   audit.New(c.JS, c.Service, c.Now).In(c.Space),
 		log:     c.Logger.With(slog.String("step", c.StepName), slog.String("owner", owner.Name)),
 		m:       c.Metrics,
 		unacked: make(chan struct{}, 4*c.Concurrency),
@@ -197,7 +200,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		return fmt.Errorf("answering on %s: %w", r.owner.Inbox, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	cons, err := r.cfg.JS.Consumer(ctx, assets.StreamSteps, r.cfg.StepName)
+	cons, err := r.cfg.JS.Consumer(ctx, r.cfg.Space.Stream(assets.StreamSteps), r.cfg.StepName)
 	if err != nil {
 		return fmt.Errorf("looking up consumer %q: %w", r.cfg.StepName, err)
 	}
@@ -295,11 +298,11 @@ func (r *Runner) handle(ctx context.Context, m jetstream.Msg, nm *nats.Msg, seq,
 	if err == nil {
 		err = ev.Unmarshal(&ready)
 	}
-	if err == nil && (ready.Step != r.cfg.StepName || ready.RunID != ev.Subject || m.Subject() != events.StepSubject(ready.Step, ready.RunID)) {
+	if err == nil && (ready.Step != r.cfg.StepName || ready.RunID != ev.Subject || m.Subject() != r.cfg.Space.Step(ready.Step, ready.RunID)) {
 		err = fmt.Errorf("%w: step event for %s/%s arrived on %s", events.ErrInvalid, ready.RunID, ready.Step, m.Subject())
 	}
 	if err != nil {
-		r.reject(ctx, assets.StreamSteps, seq, nm, ev.Subject, err)
+		r.reject(ctx, r.cfg.Space.Stream(assets.StreamSteps), seq, nm, ev.Subject, err)
 		_ = m.TermWithReason(err.Error())
 		return
 	}

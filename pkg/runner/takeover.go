@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
@@ -103,7 +104,7 @@ func (r *Runner) ownerGone(ctx context.Context, runID string, l *kc.Lease) bool 
 }
 
 func (r *Runner) releaseGone(ctx context.Context, runID string, l kc.Lease) {
-	released, err := ReleaseLease(ctx, r.cfg.JS, r.cfg.Store, "/cairn/"+r.cfg.Service, runID, l, "owner "+l.Owner+" gone (no responders)", r.cfg.Now)
+	released, err := ReleaseLease(ctx, r.cfg.JS, r.cfg.Space, r.cfg.Store, "/cairn/"+r.cfg.Service, runID, l, "owner "+l.Owner+" gone (no responders)", r.cfg.Now)
 	if err != nil {
 		r.log.Warn("releasing a dead owner's lease", slog.String("run_id", runID), slog.Any("error", err))
 	}
@@ -117,7 +118,7 @@ func (r *Runner) releaseGone(ctx context.Context, runID string, l kc.Lease) {
 // very lease (a renewal in between keeps it), audits it as reassigned, and publishes the
 // step's event again with the release's revision as Msg-Id. The step stays in_progress, so
 // its next taker knows it restarts. released says whether this call released the lease.
-func ReleaseLease(ctx context.Context, js jetstream.JetStream, store *kc.Store, source, runID string, l kc.Lease, why string, now func() time.Time) (released bool, err error) {
+func ReleaseLease(ctx context.Context, js jetstream.JetStream, sp assets.Space, store *kc.Store, source, runID string, l kc.Lease, why string, now func() time.Time) (released bool, err error) {
 	rec, rev, err := store.Mutate(ctx, runID, func(n *kc.Record) error {
 		if n.Lease == nil || *n.Lease != l {
 			return kc.ErrSkip
@@ -137,12 +138,12 @@ func ReleaseLease(ctx context.Context, js jetstream.JetStream, store *kc.Store, 
 	a := events.Audit{RunID: runID, Step: l.Step, Event: "reassigned", Token: l.Token, Owner: l.Owner, Detail: why}
 	e, err := events.New(events.AuditStepID(runID, l.Step, "reassigned", rev), events.TypeAudit, source, runID, now(), a)
 	if err == nil {
-		if m, err := events.Encode(events.AuditSubject(runID), e); err == nil {
+		if m, err := events.Encode(sp.Audit(runID), e); err == nil {
 			_, _ = js.PublishMsg(ctx, m)
 		}
 	}
 	if rec.Status != kc.Running {
 		return true, nil
 	}
-	return true, PublishStep(ctx, js, source, runID, l.Step, rec.Generation, rev, now())
+	return true, PublishStep(ctx, js, sp, source, runID, l.Step, rec.Generation, rev, now())
 }

@@ -19,8 +19,8 @@ type Intents map[string]Record
 
 // ReadIntents reads the step's records of a run, those trust accepts (all with a nil trust).
 // A step with none (a first attempt) costs one request.
-func ReadIntents(ctx context.Context, js jetstream.JetStream, trust *Trust, runID, step string) (Intents, error) {
-	t, err := ReadTally(ctx, js, trust, runID, step, 0)
+func ReadIntents(ctx context.Context, js jetstream.JetStream, sp assets.Space, trust *Trust, runID, step string) (Intents, error) {
+	t, err := ReadTally(ctx, js, sp, trust, runID, step, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -49,14 +49,14 @@ func NewTally(generation int) *Tally {
 // ReadTally reads the step's records of a run into a tally counting generation's intents:
 // those trust accepts (all with a nil trust); the others are in Forged, not counted. A step
 // with none costs one request.
-func ReadTally(ctx context.Context, js jetstream.JetStream, trust *Trust, runID, step string, generation int) (*Tally, error) {
-	evs, err := events.ReadStored(ctx, js, assets.StreamSaga, events.SagaSubject(runID, step))
+func ReadTally(ctx context.Context, js jetstream.JetStream, sp assets.Space, trust *Trust, runID, step string, generation int) (*Tally, error) {
+	evs, err := events.ReadStored(ctx, js, sp.Stream(assets.StreamSaga), sp.Saga(runID, step))
 	if err != nil {
 		return nil, err
 	}
 	t := NewTally(generation)
 	for _, e := range evs {
-		r, bad, err := trust.decode(ctx, e)
+		r, bad, err := trust.decode(ctx, sp, e)
 		if err != nil {
 			return nil, err
 		}

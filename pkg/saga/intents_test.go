@@ -22,7 +22,7 @@ func TestIntentsRefuseAnotherDigest(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: assets.StreamSaga, Subjects: []string{"cairn.saga.>"}}); err != nil {
 		t.Fatal(err)
 	}
-	none, err := saga.ReadIntents(ctx, js, nil, "run-1", "debit-notes")
+	none, err := saga.ReadIntents(ctx, js, assets.Default, nil, "run-1", "debit-notes")
 	if err != nil || len(none) != 0 {
 		t.Fatalf("intents of a step with none = %v, %v", none, err)
 	}
@@ -36,7 +36,7 @@ func TestIntentsRefuseAnotherDigest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	in, err := saga.ReadIntents(ctx, js, nil, "run-1", "debit-notes")
+	in, err := saga.ReadIntents(ctx, js, assets.Default, nil, "run-1", "debit-notes")
 	if err != nil {
 		t.Fatal(err)
 	}

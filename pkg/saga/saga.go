@@ -66,7 +66,7 @@ type Record struct {
 	Outcome string   `json:"outcome,omitempty"`
 }
 
-// Publish stores r on cairn.saga.<run_id>.<step> and waits for the stream's ack. Its
+// Publish stores r on cairn.saga.<run_id>.<step> (in its space, In) and waits for the stream's ack. Its
 // Msg-Id is "<key>:<phase>", so a repeat within the duplicate window is dropped. With
 // SignedBy, the record carries its writer's signature (trust.go).
 func Publish(ctx context.Context, js jetstream.JetStream, source string, now time.Time, r Record, opts ...PublishOption) error {
@@ -79,7 +79,7 @@ func Publish(ctx context.Context, js jetstream.JetStream, source string, now tim
 	if err != nil {
 		return fmt.Errorf("saga record %s: %w", id, err)
 	}
-	m, err := events.Encode(events.SagaSubject(r.RunID, r.Step), e)
+	m, err := events.Encode(o.space.Saga(r.RunID, r.Step), e)
 	if err != nil {
 		return fmt.Errorf("saga record %s: %w", id, err)
 	}
@@ -102,8 +102,8 @@ type Effect struct {
 // Effects reads a run's records and folds them into its effects, one per key, in the order
 // their intents were first recorded. With a trust, the records it refuses are left out of
 // the effects and returned as forged, in stream order.
-func Effects(ctx context.Context, js jetstream.JetStream, trust *Trust, runID string) ([]Effect, []Forged, error) {
-	evs, err := events.ReadStored(ctx, js, assets.StreamSaga, events.SagaSubject(runID, "*"))
+func Effects(ctx context.Context, js jetstream.JetStream, sp assets.Space, trust *Trust, runID string) ([]Effect, []Forged, error) {
+	evs, err := events.ReadStored(ctx, js, sp.Stream(assets.StreamSaga), sp.Saga(runID, "*"))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -111,7 +111,7 @@ func Effects(ctx context.Context, js jetstream.JetStream, trust *Trust, runID st
 	var order []string
 	var forged []Forged
 	for i, e := range evs {
-		r, bad, err := trust.decode(ctx, e)
+		r, bad, err := trust.decode(ctx, sp, e)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -72,7 +72,7 @@ func TestSignedRecords(t *testing.T) {
 	}
 
 	trust := &saga.Trust{Ring: identity.NewRing(map[string]string{"post-ledger": pl.PublicKey(), "match": match.PublicKey()}, identity.Seal{Saga: 1})}
-	effects, forged, err := saga.Effects(ctx, js, trust, "run-1")
+	effects, forged, err := saga.Effects(ctx, js, assets.Default, trust, "run-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestSignedRecords(t *testing.T) {
 		}
 	}
 
-	tally, err := saga.ReadTally(ctx, js, trust, "run-1", "post-ledger", 0)
+	tally, err := saga.ReadTally(ctx, js, assets.Default, trust, "run-1", "post-ledger", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestSignedRecords(t *testing.T) {
 		t.Errorf("a forged intent is among the first intents: %v", tally.First)
 	}
 	// Without a trust nothing is checked, as before keys.
-	all, none, err := saga.Effects(ctx, js, nil, "run-1")
+	all, none, err := saga.Effects(ctx, js, assets.Default, nil, "run-1")
 	if err != nil || len(all) != 7 || len(none) != 0 {
 		t.Errorf("unchecked: %d effects, %d forged, %v; want 7, 0", len(all), len(none), err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/identity"
 )
@@ -54,8 +55,8 @@ type Forged struct {
 }
 
 // check is nil when t accepts r, stored as s.
-func (t *Trust) check(ctx context.Context, s events.Stored, r Record) error {
-	if want := events.SagaSubject(r.RunID, r.Step); s.Msg.Subject != want || s.Event.Subject != r.RunID {
+func (t *Trust) check(ctx context.Context, sp assets.Space, s events.Stored, r Record) error {
+	if want := sp.Saga(r.RunID, r.Step); s.Msg.Subject != want || s.Event.Subject != r.RunID {
 		return fmt.Errorf("%w: a record of run %q, step %q on %s (ce-subject %q)", identity.ErrNotAllowed, r.RunID, r.Step, s.Msg.Subject, s.Event.Subject)
 	}
 	by, err := t.Ring.VerifyMsg(ctx, identity.DomainSaga, s.Msg, s.Seq, t.Ring.Seal().Saga)
@@ -73,7 +74,7 @@ func (t *Trust) check(ctx context.Context, s events.Stored, r Record) error {
 
 // decode reads the record of s, checked against t (nil: unchecked); a record t refuses, or
 // whose body does not decode when t is set, is returned as forged.
-func (t *Trust) decode(ctx context.Context, s events.Stored) (Record, *Forged, error) {
+func (t *Trust) decode(ctx context.Context, sp assets.Space, s events.Stored) (Record, *Forged, error) {
 	var r Record
 	if err := s.Event.Unmarshal(&r); err != nil {
 		if t == nil {
@@ -84,7 +85,7 @@ func (t *Trust) decode(ctx context.Context, s events.Stored) (Record, *Forged, e
 	if t == nil || t.Ring == nil {
 		return r, nil, nil
 	}
-	if err := t.check(ctx, s, r); err != nil {
+	if err := t.check(ctx, sp, s, r); err != nil {
 		if !identity.Refused(err) {
 			return Record{}, nil, fmt.Errorf("checking saga record %s: %w", s.Event.ID, err) // the keys could not be read: read again later
 		}
@@ -97,7 +98,15 @@ func (t *Trust) decode(ctx context.Context, s events.Stored) (Record, *Forged, e
 // PublishOption says how Publish publishes.
 type PublishOption func(*publishOptions)
 
-type publishOptions struct{ signer *identity.Signer }
+type publishOptions struct {
+	signer *identity.Signer
+	space  assets.Space
+}
+
+// In publishes in space sp (a pipeline's own saga), not the default.
+func In(sp assets.Space) PublishOption {
+	return func(o *publishOptions) { o.space = sp }
+}
 
 // SignedBy signs the record as sg (nil: unsigned).
 func SignedBy(sg *identity.Signer) PublishOption {

@@ -116,13 +116,13 @@ func (s *Supervisor) startAgain(ctx context.Context, rec *kc.Record, rev uint64,
 	if rec.Status != kc.Running || rec.Lease != nil || rec.Step(first).Status != kc.Pending {
 		return nil
 	}
-	dup, err := runner.PublishStepAck(ctx, s.cfg.JS, source, runID, first, rec.Generation, rev, s.cfg.Now())
+	dup, err := runner.PublishStepAck(ctx, s.cfg.JS, s.cfg.Space, source, runID, first, rec.Generation, rev, s.cfg.Now())
 	if err != nil || !dup {
 		return err
 	}
 	// Dropped as a duplicate: fine while the first event still waits; if it was consumed,
 	// publish again under a revision of its own.
-	if stored, err := runner.StepEventStored(ctx, s.cfg.JS, runID, first); err != nil || stored {
+	if stored, err := runner.StepEventStored(ctx, s.cfg.JS, s.cfg.Space, runID, first); err != nil || stored {
 		return err
 	}
 	return s.republish(ctx, runID, first, rev)
@@ -449,7 +449,7 @@ func (s *Supervisor) rejectRun(ctx context.Context, ev events.Event) error {
 	if err != nil {
 		return err
 	}
-	m, err := events.Encode(events.RunSubject(ev.Subject, events.VerbUndo), e)
+	m, err := events.Encode(s.cfg.Space.Run(ev.Subject, events.VerbUndo), e)
 	if err != nil {
 		return err
 	}

@@ -121,7 +121,7 @@ func cmpStep(step string) string {
 // reassignments counts the run's reassigned events since it was last resumed: a run that
 // keeps losing its workers is handed over instead of looping.
 func (s *Supervisor) reassignments(ctx context.Context, runID string) (int, error) {
-	evs, err := events.ReadSubject(ctx, s.cfg.JS, assets.StreamAudit, events.AuditSubject(runID))
+	evs, err := events.ReadSubject(ctx, s.cfg.JS, s.cfg.Space.Stream(assets.StreamAudit), s.cfg.Space.Audit(runID))
 	if err != nil {
 		return 0, err
 	}
@@ -171,18 +171,24 @@ func (s *Supervisor) deadMessage(ctx context.Context, m *nats.Msg, stream string
 	return adv, st, raw, true
 }
 
-// AdvisorySubject is where the server announces step events that reached their delivery limit.
-const AdvisorySubject = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + assets.StreamSteps + ".*"
+// AdvisorySubject is where the server announces step events that reached their delivery
+// limit, in the default space.
+var AdvisorySubject = StepAdvisory(assets.Default)
+
+// StepAdvisory is AdvisorySubject in space sp.
+func StepAdvisory(sp assets.Space) string {
+	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + sp.Stream(assets.StreamSteps) + ".*"
+}
 
 // onMaxDeliveries hands over the run of a step event that reached MaxDeliver without being
 // answered (a worker that dies on it every time), then removes the event: JetStream has no
 // dead-letter queue, the handover note is where the evidence goes.
 func (s *Supervisor) onMaxDeliveries(ctx context.Context, m *nats.Msg) {
-	adv, stream, raw, ok := s.deadMessage(ctx, m, assets.StreamSteps)
+	adv, stream, raw, ok := s.deadMessage(ctx, m, s.cfg.Space.Stream(assets.StreamSteps))
 	if !ok {
 		return
 	}
-	step, runID, ok := stepSubject(raw.Subject)
+	step, runID, ok := stepSubject(s.cfg.Space, raw.Subject)
 	if !ok {
 		return
 	}
@@ -199,9 +205,9 @@ func (s *Supervisor) onMaxDeliveries(ctx context.Context, m *nats.Msg) {
 	}
 }
 
-// stepSubject splits cairn.step.<step>.<run_id>.
-func stepSubject(subject string) (step, runID string, ok bool) {
-	rest, found := strings.CutPrefix(subject, "cairn.step.")
+// stepSubject splits sp's cairn.step.<step>.<run_id>.
+func stepSubject(sp assets.Space, subject string) (step, runID string, ok bool) {
+	rest, found := strings.CutPrefix(subject, sp.StepPrefix())
 	if !found {
 		return "", "", false
 	}
@@ -218,7 +224,7 @@ func (s *Supervisor) intentsOpen(ctx context.Context, rec *kc.Record, step strin
 	}
 	rctx, cancel := context.WithTimeout(ctx, runner.CountTimeout)
 	defer cancel()
-	t, err := saga.ReadTally(rctx, s.cfg.JS, runner.SagaTrust(s.cfg.Store), rec.RunID, step, rec.Generation)
+	t, err := saga.ReadTally(rctx, s.cfg.JS, s.cfg.Space, runner.SagaTrust(s.cfg.Store), rec.RunID, step, rec.Generation)
 	if err != nil {
 		s.log.Warn("intents_open not counted", slog.String("run_id", rec.RunID), slog.Any("error", err))
 		return 0, false

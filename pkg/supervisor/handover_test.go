@@ -158,7 +158,7 @@ func TestMaxDeliveriesAdvisoryHandsTheRunOver(t *testing.T) {
 	}
 
 	rev := f.create(t, "r1", func(r *kc.Record) { r.Step("a").Status = kc.Verified })
-	if err := runner.PublishStep(f.ctx, f.js, "/test", "r1", "b", 0, rev, f.clock.Now()); err != nil {
+	if err := runner.PublishStep(f.ctx, f.js, assets.Default, "/test", "r1", "b", 0, rev, f.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	// A worker that dies on the event every time: delivered, never answered. The server

@@ -22,7 +22,7 @@ import (
 // Settle marks a finishing run done when every message its steps queued (of its current
 // generation) has a sent or cancelled mark. The outbox sender calls it after each mark, the
 // supervisor's sweep too, so a run never waits on a dead sender.
-func Settle(ctx context.Context, js jetstream.JetStream, store *kc.Store, marks jetstream.KeyValue, runID string, now func() time.Time) (bool, error) {
+func Settle(ctx context.Context, js jetstream.JetStream, sp assets.Space, store *kc.Store, marks jetstream.KeyValue, runID string, now func() time.Time) (bool, error) {
 	rec, _, err := store.Load(ctx, runID)
 	if err != nil {
 		return false, err
@@ -30,7 +30,7 @@ func Settle(ctx context.Context, js jetstream.JetStream, store *kc.Store, marks 
 	if rec.Status != kc.Finishing {
 		return rec.Status == kc.Done, nil
 	}
-	pending, queued, err := Undelivered(ctx, js, outbox.TrustOf(store), marks, rec)
+	pending, queued, err := Undelivered(ctx, js, sp, outbox.TrustOf(store), marks, rec)
 	if err != nil || len(pending) > 0 {
 		return false, err
 	}
@@ -48,7 +48,7 @@ func Settle(ctx context.Context, js jetstream.JetStream, store *kc.Store, marks 
 	if err != nil {
 		return false, err
 	}
-	_ = audit.New(js, "supervisor", now).Record(ctx, events.AuditStepID(runID, "run", "done", rev), events.Audit{RunID: runID, Event: "run.done", Attrs: map[string]string{"messages": fmt.Sprint(queued)}})
+	_ = audit.New(js, "supervisor", now).In(sp).Record(ctx, events.AuditStepID(runID, "run", "done", rev), events.Audit{RunID: runID, Event: "run.done", Attrs: map[string]string{"messages": fmt.Sprint(queued)}})
 	return true, nil
 }
 
@@ -61,7 +61,12 @@ func Queued(ctx context.Context, js jetstream.JetStream, runID string) ([]outbox
 // a nil trust): a forged message, which the sender refuses, is left out, so it is never
 // waited for, withdrawn or queued again.
 func QueuedBy(ctx context.Context, js jetstream.JetStream, trust *outbox.Trust, runID string) ([]outbox.Message, error) {
-	evs, err := events.ReadStored(ctx, js, assets.StreamOutbox, "cairn.outbox."+runID+".>")
+	return QueuedIn(ctx, js, assets.Default, trust, runID)
+}
+
+// QueuedIn is QueuedBy in space sp.
+func QueuedIn(ctx context.Context, js jetstream.JetStream, sp assets.Space, trust *outbox.Trust, runID string) ([]outbox.Message, error) {
+	evs, err := events.ReadStored(ctx, js, sp.Stream(assets.StreamOutbox), sp.Outbox(runID, ">"))
 	if err != nil {
 		return nil, fmt.Errorf("listing the outbox of %q: %w", runID, err)
 	}
@@ -90,8 +95,8 @@ type Pending struct {
 // Undelivered lists, in key order, the messages of rec's generation that have no sent or
 // cancelled mark, and counts the messages of the run queued in all (copies included): those
 // trust accepts (QueuedBy).
-func Undelivered(ctx context.Context, js jetstream.JetStream, trust *outbox.Trust, marks jetstream.KeyValue, rec *kc.Record) ([]Pending, int, error) {
-	msgs, err := QueuedBy(ctx, js, trust, rec.RunID)
+func Undelivered(ctx context.Context, js jetstream.JetStream, sp assets.Space, trust *outbox.Trust, marks jetstream.KeyValue, rec *kc.Record) ([]Pending, int, error) {
+	msgs, err := QueuedIn(ctx, js, sp, trust, rec.RunID)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -123,8 +128,8 @@ func Undelivered(ctx context.Context, js jetstream.JetStream, trust *outbox.Trus
 // still on the outbox-sender durable, which never gives a message up. The marks make a
 // requeued message go once, whichever copy a sender takes first. Only the messages store's
 // ring accepts are queued again, signed by store's signer.
-func Requeue(ctx context.Context, js jetstream.JetStream, store *kc.Store, marks jetstream.KeyValue, rec *kc.Record, rev uint64) ([]string, error) {
-	pending, _, err := Undelivered(ctx, js, outbox.TrustOf(store), marks, rec)
+func Requeue(ctx context.Context, js jetstream.JetStream, sp assets.Space, store *kc.Store, marks jetstream.KeyValue, rec *kc.Record, rev uint64) ([]string, error) {
+	pending, _, err := Undelivered(ctx, js, sp, outbox.TrustOf(store), marks, rec)
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +161,7 @@ func (s *Supervisor) requeueOnResume(ctx context.Context, requestID, runID strin
 	if err != nil || rec.Status != kc.HandedOver || rec.Current() != "" || rec.HasRequest(requestID) {
 		return nil // the resume itself reports what it finds
 	}
-	keys, err := Requeue(ctx, s.cfg.JS, s.cfg.Store, s.cfg.Marks, rec, rev)
+	keys, err := Requeue(ctx, s.cfg.JS, s.cfg.Space, s.cfg.Store, s.cfg.Marks, rec, rev)
 	if len(keys) > 0 {
 		s.record(ctx, events.AuditStepID(runID, "run", "outbox.requeued", rev), events.Audit{RunID: runID, Event: "outbox.requeued", Detail: cut(strings.Join(keys, ", "), 512)})
 	}
@@ -171,12 +176,12 @@ func (s *Supervisor) requeueOnResume(ctx context.Context, requestID, runID strin
 // run's last progress, a message delivered counting as progress.
 func (s *Supervisor) sweepFinishing(ctx context.Context, w watched) error {
 	runID := w.rec.RunID
-	pending, _, err := Undelivered(ctx, s.cfg.JS, outbox.TrustOf(s.cfg.Store), s.cfg.Marks, w.rec)
+	pending, _, err := Undelivered(ctx, s.cfg.JS, s.cfg.Space, outbox.TrustOf(s.cfg.Store), s.cfg.Marks, w.rec)
 	if err != nil {
 		return err
 	}
 	if len(pending) == 0 {
-		_, err := Settle(ctx, s.cfg.JS, s.cfg.Store, s.cfg.Marks, runID, s.cfg.Now)
+		_, err := Settle(ctx, s.cfg.JS, s.cfg.Space, s.cfg.Store, s.cfg.Marks, runID, s.cfg.Now)
 		return err
 	}
 	unchanged := w.unchanged
@@ -212,7 +217,7 @@ func (s *Supervisor) sweepFinishing(ctx context.Context, w watched) error {
 // run's messages, the newest for each key.
 func (s *Supervisor) refusals(ctx context.Context, runID string) map[string]string {
 	out := map[string]string{}
-	evs, err := events.ReadSubject(ctx, s.cfg.JS, assets.StreamAudit, events.AuditSubject(runID))
+	evs, err := events.ReadSubject(ctx, s.cfg.JS, s.cfg.Space.Stream(assets.StreamAudit), s.cfg.Space.Audit(runID))
 	if err != nil {
 		return out
 	}

@@ -33,7 +33,10 @@ type Config struct {
 	// NaturalKeys holds each run's input, claimed for its run id (cairn-natural-keys).
 	NaturalKeys jetstream.KeyValue
 	Pipeline    pipeline.Definition
-	Lease       time.Duration // a lease unchanged this long has expired; default 15s
+	// Space is the pipeline's share of the NATS account; the zero Space is the reference
+	// night's.
+	Space assets.Space
+	Lease time.Duration // a lease unchanged this long has expired; default 15s
 	// Heartbeat is how often holders renew; a lease not renewed for two heartbeats gets its
 	// owner asked whether it is alive. Default Lease/3.
 	Heartbeat   time.Duration
@@ -141,7 +144,7 @@ func New(c Config) (*Supervisor, error) {
 	if err := c.Pipeline.Validate(); err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
-	return &Supervisor{cfg: c, audit: audit.New(c.JS, "supervisor", c.Now), log: c.Logger.With(slog.String("service", "supervisor")), seen: map[string]observation{}, runs: map[string]watched{}, mail: map[string]delivery{},
+	return &Supervisor{cfg: c, audit: audit.New(c.JS, "supervisor", c.Now).In(c.Space), log: c.Logger.With(slog.String("service", "supervisor")), seen: map[string]observation{}, runs: map[string]watched{}, mail: map[string]delivery{},
 		bad: map[string]untrusted{}, panicked: map[string]uint64{}, queues: map[string]jetstream.Stream{}, ready: make(chan struct{})}, nil
 }
 
@@ -162,23 +165,23 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		s.observe(e)
 	}
 	s.SweepOnce(ctx, true)
-	adv, err := s.cfg.JS.Conn().QueueSubscribe(AdvisorySubject, "cairn-supervisor", func(m *nats.Msg) {
+	adv, err := s.cfg.JS.Conn().QueueSubscribe(StepAdvisory(s.cfg.Space), "cairn-supervisor", func(m *nats.Msg) {
 		defer consume.Recover(s.log, nil, nil)
 		s.onMaxDeliveries(ctx, m)
 	})
 	if err != nil {
-		return fmt.Errorf("subscribing to %s: %w", AdvisorySubject, err)
+		return fmt.Errorf("subscribing to %s: %w", StepAdvisory(s.cfg.Space), err)
 	}
 	defer func() { _ = adv.Unsubscribe() }()
-	cadv, err := s.cfg.JS.Conn().QueueSubscribe(CommandAdvisorySubject, "cairn-supervisor", func(m *nats.Msg) {
+	cadv, err := s.cfg.JS.Conn().QueueSubscribe(CommandAdvisory(s.cfg.Space), "cairn-supervisor", func(m *nats.Msg) {
 		defer consume.Recover(s.log, nil, nil)
 		s.onCommandMaxDeliveries(ctx, m)
 	})
 	if err != nil {
-		return fmt.Errorf("subscribing to %s: %w", CommandAdvisorySubject, err)
+		return fmt.Errorf("subscribing to %s: %w", CommandAdvisory(s.cfg.Space), err)
 	}
 	defer func() { _ = cadv.Unsubscribe() }()
-	cons, err := s.cfg.JS.Consumer(ctx, assets.StreamRuns, assets.ConsumerControl)
+	cons, err := s.cfg.JS.Consumer(ctx, s.cfg.Space.Stream(assets.StreamRuns), assets.ConsumerControl)
 	if err != nil {
 		return fmt.Errorf("looking up consumer %q: %w", assets.ConsumerControl, err)
 	}
@@ -248,7 +251,7 @@ func (s *Supervisor) Handle(ctx context.Context, m jetstream.Msg) {
 		err = s.apply(ctx, ev)
 	}
 	verb := "invalid"
-	if _, v, perr := events.ParseRunSubject(m.Subject()); perr == nil && v != "" {
+	if _, v, perr := events.ParseRunSubjectIn(s.cfg.Space, m.Subject()); perr == nil && v != "" {
 		verb = v
 	}
 	var rej *rejection
@@ -258,12 +261,12 @@ func (s *Supervisor) Handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Ack()
 	case errors.As(err, &rej), errors.Is(err, events.ErrInvalid), errors.Is(err, events.ErrInvalidID),
 		errors.Is(err, kc.ErrCorrupt): // a record not trusted is never acted on: the sweep hands its run over
-		id := events.RejectedID(assets.StreamRuns, seq)
+		id := events.RejectedID(s.runStream(), seq)
 		runID := ev.Subject
 		if rej != nil && rej.runID != "" {
 			runID = rej.runID
 		}
-		if rerr := s.audit.Reject(ctx, id, runID, events.NewRejected(assets.StreamRuns, seq, nm, err.Error())); rerr != nil {
+		if rerr := s.audit.Reject(ctx, id, runID, events.NewRejected(s.runStream(), seq, nm, err.Error())); rerr != nil {
 			s.log.Error("recording a rejected command", slog.Any("error", rerr))
 			_ = m.NakWithDelay(time.Second)
 			return
@@ -315,5 +318,5 @@ func (s *Supervisor) record(ctx context.Context, id string, a events.Audit) {
 }
 
 func (s *Supervisor) publish(ctx context.Context, runID, step string, generation int, rev uint64) error {
-	return runner.PublishStep(ctx, s.cfg.JS, source, runID, step, generation, rev, s.cfg.Now())
+	return runner.PublishStep(ctx, s.cfg.JS, s.cfg.Space, source, runID, step, generation, rev, s.cfg.Now())
 }

@@ -193,7 +193,7 @@ func (s *Supervisor) sweepRun(ctx context.Context, rec *kc.Record, rev uint64, s
 	if step == "" || (!startup && now.Sub(obs.since) < s.cfg.Lease) {
 		return nil
 	}
-	stored, err := runner.StepEventStored(ctx, s.cfg.JS, runID, step)
+	stored, err := runner.StepEventStored(ctx, s.cfg.JS, s.cfg.Space, runID, step)
 	if err != nil || stored {
 		return err
 	}
@@ -220,7 +220,7 @@ func (s *Supervisor) reassign(ctx context.Context, runID string, l kc.Lease, rea
 	}
 	ctx, span := tracing.StartRun(ctx, runID, "supervisor reassign", attribute.String("cairn.step", l.Step), attribute.String("cairn.reason", reason))
 	defer span.End()
-	released, err := runner.ReleaseLease(ctx, s.cfg.JS, s.cfg.Store, source, runID, l, why, s.cfg.Now)
+	released, err := runner.ReleaseLease(ctx, s.cfg.JS, s.cfg.Space, s.cfg.Store, source, runID, l, why, s.cfg.Now)
 	if released {
 		s.cfg.Metrics.Reassignments.WithLabelValues(l.Step, reason).Inc()
 		s.log.Info("lease released, step published again", slog.String("run_id", runID), slog.String("step", l.Step), slog.Uint64("token", l.Token), slog.String("reason", why))
@@ -265,7 +265,7 @@ func (s *Supervisor) republishUndo(ctx context.Context, rec *kc.Record, rev uint
 	if err != nil {
 		return err
 	}
-	m, err := events.Encode(events.RunSubject(rec.RunID, events.VerbUndo), e)
+	m, err := events.Encode(s.cfg.Space.Run(rec.RunID, events.VerbUndo), e)
 	if err != nil {
 		return err
 	}

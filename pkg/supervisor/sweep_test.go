@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/outbox"
@@ -313,7 +314,7 @@ func TestSweepMarksAFinishingRunDoneOnceItsMailIsSent(t *testing.T) {
 	f.nonePublished(t)
 
 	// Settling again is harmless.
-	done, err := Settle(f.ctx, f.js, f.store, f.marks, "r1", f.clock.Now)
+	done, err := Settle(f.ctx, f.js, assets.Default, f.store, f.marks, "r1", f.clock.Now)
 	if err != nil || !done {
 		t.Fatalf("Settle of a done run: %v, %v; want true", done, err)
 	}
@@ -327,7 +328,7 @@ func TestSettleCountsCancelledMessagesAsSettled(t *testing.T) {
 	f.create(t, "r1", finishing(0))
 	f.mark(t, "r1", f.queue(t, "r1", "debit", 0), outbox.Cancelled)
 
-	done, err := Settle(f.ctx, f.js, f.store, f.marks, "r1", f.clock.Now)
+	done, err := Settle(f.ctx, f.js, assets.Default, f.store, f.marks, "r1", f.clock.Now)
 	if err != nil || !done {
 		t.Fatalf("Settle: %v, %v; want done", done, err)
 	}
@@ -339,7 +340,7 @@ func TestSettleCountsCancelledMessagesAsSettled(t *testing.T) {
 func TestSettleWithoutMessagesIsDone(t *testing.T) {
 	f := setup(t)
 	f.create(t, "r1", finishing(0))
-	done, err := Settle(f.ctx, f.js, f.store, f.marks, "r1", f.clock.Now)
+	done, err := Settle(f.ctx, f.js, assets.Default, f.store, f.marks, "r1", f.clock.Now)
 	if err != nil || !done {
 		t.Fatalf("Settle: %v, %v; want done", done, err)
 	}

@@ -27,19 +27,19 @@ import (
 // stream; the consumers are listed only when a subject looks unknown, and at most
 // UnknownLimit messages are handled, the rest at the next sweep.
 
-// unknownQueues are the work-queue streams the unknown sweep looks at.
-var unknownQueues = []string{assets.StreamRuns, assets.StreamSteps}
+// runs is the space's CAIRN_RUNS.
+func (s *Supervisor) runStream() string { return s.cfg.Space.Stream(assets.StreamRuns) }
 
 // SweepUnknown rejects and removes up to UnknownLimit messages that no consumer of their
 // stream would ever take, and returns how many it removed.
 func (s *Supervisor) SweepUnknown(ctx context.Context) (int, error) {
 	defined := map[string][]string{} // stream -> filters of this release's consumers
-	for _, c := range (assets.Config{Steps: s.cfg.Pipeline.Names()}).Consumers() {
+	for _, c := range (assets.Config{Space: s.cfg.Space, Steps: s.cfg.Pipeline.Names()}).Consumers() {
 		defined[c.Stream] = append(defined[c.Stream], filtersOf(c.Config)...)
 	}
 	n := 0
 	var errs []error
-	for _, name := range unknownQueues {
+	for _, name := range []string{s.runStream(), s.cfg.Space.Stream(assets.StreamSteps)} {
 		done, err := s.sweepUnknownOn(ctx, name, defined[name], s.cfg.UnknownLimit-n)
 		n += done
 		if err != nil {
@@ -103,7 +103,7 @@ func (s *Supervisor) sweepUnknownOn(ctx context.Context, name string, defined []
 // for the next sweep, whose rejection has the same id (<stream>:<seq>), deduplicated within
 // CAIRN_REJECTED's two-minute window.
 func (s *Supervisor) rejectUnknown(ctx context.Context, st jetstream.Stream, stream string, m *jetstream.RawStreamMsg) error {
-	runID, reason := unknownReason(stream, m.Subject)
+	runID, reason := unknownReason(s.cfg.Space, stream, m.Subject)
 	nm := &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}
 	if err := s.audit.Reject(ctx, events.RejectedID(stream, m.Sequence), runID, events.NewRejected(stream, m.Sequence, nm, reason)); err != nil {
 		return fmt.Errorf("recording the rejection of %s #%d: %w", stream, m.Sequence, err)
@@ -114,7 +114,7 @@ func (s *Supervisor) rejectUnknown(ctx context.Context, st jetstream.Stream, str
 			return fmt.Errorf("removing %s #%d: %w", stream, m.Sequence, err)
 		}
 	}
-	if stream == assets.StreamRuns {
+	if stream == s.runStream() {
 		s.cfg.Metrics.Commands.WithLabelValues("unknown", "rejected").Inc()
 	}
 	s.log.Warn("message on an unknown subject rejected and removed", slog.String("stream", stream), slog.Uint64("seq", m.Sequence),
@@ -124,13 +124,16 @@ func (s *Supervisor) rejectUnknown(ctx context.Context, st jetstream.Stream, str
 
 // unknownReason says why no consumer takes subject, and the run it names (checked by
 // audit.Reject, which names none for an id that is not one).
-func unknownReason(stream, subject string) (runID, reason string) {
-	tokens := strings.Split(subject, ".")
-	switch {
-	case stream == assets.StreamRuns && len(tokens) == 4:
-		return tokens[2], fmt.Sprintf("unknown verb %q: no consumer of %s takes %s", tokens[3], stream, subject)
-	case stream == assets.StreamSteps && len(tokens) == 4:
-		return tokens[3], fmt.Sprintf("no step %q in the pipeline: no consumer of %s takes %s", tokens[2], stream, subject)
+func unknownReason(sp assets.Space, stream, subject string) (runID, reason string) {
+	if rest, ok := strings.CutPrefix(subject, sp.RunsPrefix()); ok && stream == sp.Stream(assets.StreamRuns) {
+		if run, verb, two := strings.Cut(rest, "."); two && !strings.Contains(verb, ".") {
+			return run, fmt.Sprintf("unknown verb %q: no consumer of %s takes %s", verb, stream, subject)
+		}
+	}
+	if rest, ok := strings.CutPrefix(subject, sp.StepPrefix()); ok && stream == sp.Stream(assets.StreamSteps) {
+		if step, run, two := strings.Cut(rest, "."); two && !strings.Contains(run, ".") {
+			return run, fmt.Sprintf("no step %q in the pipeline: no consumer of %s takes %s", step, stream, subject)
+		}
 	}
 	return "", fmt.Sprintf("no consumer of %s takes %s", stream, subject)
 }

@@ -78,7 +78,7 @@ func (s *Supervisor) noteOnly(ctx context.Context, runID, step string, cause err
 	}
 	note := runner.HandoverNote{
 		ID: runID + ":handover:record", RunID: runID, Step: step, Error: cut(cause.Error(), kc.MaxLastError),
-		NextAction: "inspect the checkpoint (nats kv get cairn-runs " + runID + "); it was not resumed and nothing was written",
+		NextAction: "inspect the checkpoint (nats kv get " + s.cfg.Space.Bucket(assets.BucketRuns) + " " + runID + "); it was not resumed and nothing was written",
 		At:         s.stamp(),
 	}
 	if e, err := s.cfg.Handovers.Get(ctx, runID); err == nil {
@@ -123,8 +123,8 @@ func (s *Supervisor) sweepGuarded(ctx context.Context, w watched, startup bool) 
 // is; consume.Recover then terms it.
 func (s *Supervisor) rejectPanic(ctx context.Context, m jetstream.Msg, seq uint64, err error) {
 	nm := natsMsg(m)
-	runID, _, _ := events.ParseRunSubject(m.Subject())
-	if rerr := s.audit.Reject(ctx, events.RejectedID(assets.StreamRuns, seq), runID, events.NewRejected(assets.StreamRuns, seq, nm, err.Error())); rerr != nil {
+	runID, _, _ := events.ParseRunSubjectIn(s.cfg.Space, m.Subject())
+	if rerr := s.audit.Reject(ctx, events.RejectedID(s.runStream(), seq), runID, events.NewRejected(s.runStream(), seq, nm, err.Error())); rerr != nil {
 		s.log.Error("recording a rejected command", slog.Any("error", rerr))
 	}
 	s.cfg.Metrics.Commands.WithLabelValues("invalid", "rejected").Inc()

@@ -61,7 +61,7 @@ func (s *Supervisor) drive(ctx context.Context, rec *kc.Record, rev uint64) erro
 			}
 			continue
 		}
-		m, err := CommandMsg(rec.RunID, w, fmt.Sprintf("%s:again:%d", w.RequestID, rev), s.cfg.Now())
+		m, err := CommandMsg(s.cfg.Space, rec.RunID, w, fmt.Sprintf("%s:again:%d", w.RequestID, rev), s.cfg.Now())
 		if err != nil {
 			return err
 		}
@@ -76,7 +76,7 @@ func (s *Supervisor) drive(ctx context.Context, rec *kc.Record, rev uint64) erro
 // applyWaiting applies a waiting command of the supervisor's own; one refused now (the run
 // moved on) ends its wait, refused on cairn.rejected like any command.
 func (s *Supervisor) applyWaiting(ctx context.Context, runID string, w kc.Command) error {
-	m, err := CommandMsg(runID, w, w.RequestID, s.cfg.Now())
+	m, err := CommandMsg(s.cfg.Space, runID, w, w.RequestID, s.cfg.Now())
 	if err != nil {
 		return err
 	}
@@ -107,7 +107,7 @@ func (s *Supervisor) applyWaiting(ctx context.Context, runID string, w kc.Comman
 
 // CommandMsg is a waiting command as a message on its run's subject: its event id is the
 // request id, its Nats-Msg-Id msgID.
-func CommandMsg(runID string, w kc.Command, msgID string, now time.Time) (*nats.Msg, error) {
+func CommandMsg(sp assets.Space, runID string, w kc.Command, msgID string, now time.Time) (*nats.Msg, error) {
 	typ, ok := events.CommandType(w.Verb)
 	if !ok {
 		return nil, fmt.Errorf("waiting command %s of %s: unknown verb %q", w.RequestID, runID, w.Verb)
@@ -123,7 +123,7 @@ func CommandMsg(runID string, w kc.Command, msgID string, now time.Time) (*nats.
 	if err != nil {
 		return nil, err
 	}
-	m, err := events.Encode(events.RunSubject(runID, w.Verb), e)
+	m, err := events.Encode(sp.Run(runID, w.Verb), e)
 	if err != nil {
 		return nil, err
 	}
@@ -142,14 +142,19 @@ func named(cs []kc.Command) string {
 
 // CommandAdvisorySubject is where the server announces run commands (on the control and the
 // compensator durables) that reached their delivery limit.
-const CommandAdvisorySubject = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + assets.StreamRuns + ".*"
+var CommandAdvisorySubject = CommandAdvisory(assets.Default)
+
+// CommandAdvisory is CommandAdvisorySubject in space sp.
+func CommandAdvisory(sp assets.Space) string {
+	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + sp.Stream(assets.StreamRuns) + ".*"
+}
 
 // onCommandMaxDeliveries keeps a command that reached its durable's MaxDeliver (each delivery
 // failed for a reason of the moment): it is written into its run's record as waiting, for the
 // sweep to carry out, and only then removed from the stream. A start, which has no record
 // yet, is refused on cairn.rejected with the reason, never dropped in silence.
 func (s *Supervisor) onCommandMaxDeliveries(ctx context.Context, m *nats.Msg) {
-	adv, stream, raw, ok := s.deadMessage(ctx, m, assets.StreamRuns)
+	adv, stream, raw, ok := s.deadMessage(ctx, m, s.runStream())
 	if !ok {
 		return
 	}
@@ -166,13 +171,13 @@ func (s *Supervisor) onCommandMaxDeliveries(ctx context.Context, m *nats.Msg) {
 func (s *Supervisor) keep(ctx context.Context, nm *nats.Msg, adv maxDeliveries) error {
 	reason := fmt.Sprintf("delivered %d times (max deliver on %s) and never carried out", adv.Deliveries, adv.Consumer)
 	refuse := func(runID, why string) error {
-		return s.audit.Reject(ctx, events.RejectedID(assets.StreamRuns, adv.StreamSeq), runID, events.NewRejected(assets.StreamRuns, adv.StreamSeq, nm, why))
+		return s.audit.Reject(ctx, events.RejectedID(s.runStream(), adv.StreamSeq), runID, events.NewRejected(s.runStream(), adv.StreamSeq, nm, why))
 	}
 	ev, err := events.DecodeCommand(nm, fmt.Sprintf("seq-%d", adv.StreamSeq))
 	if err != nil {
 		return refuse("", err.Error())
 	}
-	_, verb, _ := events.ParseRunSubject(nm.Subject)
+	_, verb, _ := events.ParseRunSubjectIn(s.cfg.Space, nm.Subject)
 	if verb == events.VerbStart {
 		return refuse(ev.Subject, "start "+reason+": start it again")
 	}

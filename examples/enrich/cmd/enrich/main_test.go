@@ -114,10 +114,10 @@ func (j *job) run(runID string, env ...string) *kc.Record {
 		defer cancel()
 		j.fleet.Stop(sctx)
 	})
-	if err := app.Start(ctx, j.js, runID, map[string]any{enrich.ParamSource: j.source}); err != nil {
+	if err := app.Start(ctx, j.js, enrich.Pipeline.Name, runID, map[string]any{enrich.ParamSource: j.source}); err != nil {
 		j.t.Fatal(err)
 	}
-	rec, err := app.Wait(ctx, j.js, runID)
+	rec, err := app.Wait(ctx, j.js, enrich.Pipeline.Name, runID)
 	if err != nil {
 		b, _ := os.ReadFile(log.Name())
 		j.t.Fatalf("%v; last record %+v\nservices' log:\n%s", err, rec, tail(b, 4000))
@@ -250,7 +250,7 @@ func TestKilledAtEveryBoundary(t *testing.T) {
 func TestKilledDuringAnEnrichmentCall(t *testing.T) {
 	t.Parallel()
 	j := newJob(t, 10, stubapi.Config{Hang: map[string]int{"rec-0005": 1}, HangFor: time.Minute})
-	memo, err := j.js.KeyValue(t.Context(), assets.BucketMemo)
+	memo, err := j.js.KeyValue(t.Context(), enrich.Space.Bucket(assets.BucketMemo))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestSameInputStartedTwice(t *testing.T) {
 	t.Parallel()
 	j := newJob(t, 10, stubapi.Config{})
 	j.checkOnce(j.run("run-first"), nil)
-	if err := app.Start(t.Context(), j.js, "run-second", map[string]any{enrich.ParamSource: j.source}); err != nil {
+	if err := app.Start(t.Context(), j.js, enrich.Pipeline.Name, "run-second", map[string]any{enrich.ParamSource: j.source}); err != nil {
 		t.Fatal(err)
 	}
 	rej := j.rejection("run-second")
@@ -320,7 +320,7 @@ func TestZombieUploadRefused(t *testing.T) {
 // store reads the job's checkpoints.
 func (j *job) store() *kc.Store {
 	j.t.Helper()
-	s, err := kc.Open(j.t.Context(), j.js, assets.BucketRuns)
+	s, err := kc.Open(j.t.Context(), j.js, enrich.Space.Bucket(assets.BucketRuns))
 	if err != nil {
 		j.t.Fatal(err)
 	}
@@ -332,14 +332,14 @@ func (j *job) rejection(runID string) events.Rejected {
 	j.t.Helper()
 	ctx, cancel := context.WithTimeout(j.t.Context(), time.Minute)
 	defer cancel()
-	c, err := j.js.OrderedConsumer(ctx, assets.StreamRejected, jetstream.OrderedConsumerConfig{})
+	c, err := j.js.OrderedConsumer(ctx, enrich.Space.Stream(assets.StreamRejected), jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		j.t.Fatal(err)
 	}
 	for {
 		m, err := c.Next(jetstream.FetchContext(ctx))
 		if err != nil {
-			j.t.Fatalf("no rejection of %s on %s: %v", runID, assets.StreamRejected, err)
+			j.t.Fatalf("no rejection of %s on %s: %v", runID, enrich.Space.Stream(assets.StreamRejected), err)
 		}
 		ev, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
 		if err != nil || ev.Subject != runID {

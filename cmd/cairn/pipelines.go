@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/internal/night"
+	"github.com/cairnhq/cairn/pkg/app"
+	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/identity"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+)
+
+// pipelineRuns is one pipeline's checkpoint bucket, for the commands that read every
+// pipeline's runs: the reference night's (the default space) and each one registered in
+// app.BucketPipelines (its own space).
+type pipelineRuns struct {
+	name  string
+	space assets.Space
+	store *kc.Store
+}
+
+// openPipelines opens the runs of the night and of every registered pipeline, each checked
+// as its services read it (openRuns); with only, of that pipeline alone. The night's bucket
+// missing on a NATS that hosts other pipelines is no error: the night is not run there.
+func openPipelines(ctx context.Context, js jetstream.JetStream, only string) ([]pipelineRuns, error) {
+	regs, err := app.All(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	var out []pipelineRuns
+	if only == "" || only == night.Pipeline.Name {
+		store, err := openRuns(ctx, js)
+		switch {
+		case err == nil:
+			out = append(out, pipelineRuns{name: night.Pipeline.Name, store: store})
+		case only != "" || len(regs) == 0 || !errors.Is(err, jetstream.ErrBucketNotFound):
+			return nil, err
+		}
+	}
+	for _, r := range regs {
+		if r.Name == night.Pipeline.Name || (only != "" && r.Name != only) {
+			continue
+		}
+		sp, err := r.Space()
+		if err != nil {
+			return nil, fmt.Errorf("registered pipeline %q: %w", r.Name, err)
+		}
+		ring, err := identity.OpenRingIn(ctx, js, sp)
+		if err != nil {
+			return nil, fmt.Errorf("pipeline %s: %w", r.Name, err)
+		}
+		store, err := kc.Open(ctx, js, sp.Bucket(assets.BucketRuns), kc.WithRing(ring), kc.WithPipeline(r.Definition().Names()))
+		if err != nil {
+			return nil, fmt.Errorf("pipeline %s: %w", r.Name, err)
+		}
+		out = append(out, pipelineRuns{name: r.Name, space: sp, store: store})
+	}
+	if only != "" && len(out) == 0 {
+		_, err := app.Registered(ctx, js, only)
+		return nil, fmt.Errorf("%w: --pipeline: %v (or %s, the reference night)", errUsage, err, night.Pipeline.Name)
+	}
+	return out, nil
+}
+
+// initRegistered creates and checks the assets of every registered pipeline (app.Init made
+// them; a release may change their definitions) and says so for each.
+func initRegistered(ctx context.Context, js jetstream.JetStream) error {
+	regs, err := app.All(ctx, js)
+	if err != nil {
+		return err
+	}
+	for _, r := range regs {
+		if r.Name == night.Pipeline.Name {
+			continue
+		}
+		c, err := r.Assets()
+		if err != nil {
+			return fmt.Errorf("registered pipeline %q: %w", r.Name, err)
+		}
+		changed, err := assets.EnsureReport(ctx, js, c)
+		if err != nil {
+			return fmt.Errorf("pipeline %s: %w", r.Name, err)
+		}
+		for _, ch := range changed {
+			fmt.Printf("pipeline %s: updated %s\n", r.Name, ch)
+		}
+		fmt.Printf("pipeline %s: every asset exists and matches its definition (%s, %s)\n", r.Name, c.Space.Stream(assets.StreamRuns), c.Space.Bucket(assets.BucketRuns))
+	}
+	return nil
+}
