@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -52,7 +53,10 @@ type runRow struct {
 }
 
 // cmdRuns lists every run in cairn-runs, oldest first.
-func cmdRuns(ctx context.Context, args []string) error {
+func cmdRuns(ctx context.Context, args []string) error { return runRuns(ctx, os.Stdout, args) }
+
+// runRuns is cairn runs, printing to out.
+func runRuns(ctx context.Context, out io.Writer, args []string) error {
 	fs := flag.NewFlagSet("runs", flag.ContinueOnError)
 	statusFlag := fs.String("status", "", "only runs with one of these statuses (comma-separated; "+untrusted+" for records that do not decode)")
 	stepFlag := fs.String("step", "", "only runs whose current step is STEP (- for runs with every step verified)")
@@ -101,7 +105,7 @@ func cmdRuns(ctx context.Context, args []string) error {
 		return (len(statuses) > 0 && !slices.Contains(statuses, r.Status)) || (*stepFlag != "" && r.Step != *stepFlag)
 	})
 	if *raw {
-		enc := json.NewEncoder(os.Stdout)
+		enc := json.NewEncoder(out)
 		for _, r := range rows {
 			if err := enc.Encode(r); err != nil {
 				return err
@@ -111,13 +115,13 @@ func cmdRuns(ctx context.Context, args []string) error {
 	}
 	if len(rows) == 0 {
 		if len(statuses) == 0 && *stepFlag == "" {
-			fmt.Println("no runs")
+			fmt.Fprintln(out, "no runs")
 		} else {
-			fmt.Println("no runs match")
+			fmt.Fprintln(out, "no runs match")
 		}
 		return nil
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	// The pipeline's column shows when the runs are of more than one.
 	several := slices.ContainsFunc(rows, func(r runRow) bool { return r.Pipeline != rows[0].Pipeline })
 	if several {

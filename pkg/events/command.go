@@ -1,6 +1,7 @@
 package events
 
 import (
+	"github.com/cairnhq/cairn/pkg/assets"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -30,15 +31,20 @@ const traceParentHeader = "traceparent"
 // start may have an empty subject; its type must be the subject's command
 // type and, on cairn.runs.<run_id>.<verb>, its subject must be that run id.
 func DecodeCommand(m *nats.Msg, fallbackID string) (Event, error) {
-	e, err := decodeCommand(m, fallbackID)
+	return DecodeCommandIn(assets.Default, m, fallbackID)
+}
+
+// DecodeCommandIn is DecodeCommand for a command of space sp (on its <root>runs.> subjects).
+func DecodeCommandIn(sp assets.Space, m *nats.Msg, fallbackID string) (Event, error) {
+	e, err := decodeCommand(sp, m, fallbackID)
 	if err != nil {
 		return Event{}, fmt.Errorf("decoding command on %q: %w", m.Subject, err)
 	}
 	return e, nil
 }
 
-func decodeCommand(m *nats.Msg, fallbackID string) (Event, error) {
-	e, err := decodeCommandEvent(m, fallbackID)
+func decodeCommand(sp assets.Space, m *nats.Msg, fallbackID string) (Event, error) {
+	e, err := decodeCommandEvent(sp, m, fallbackID)
 	if err != nil {
 		return Event{}, err
 	}
@@ -48,8 +54,8 @@ func decodeCommand(m *nats.Msg, fallbackID string) (Event, error) {
 	return e, nil
 }
 
-func decodeCommandEvent(m *nats.Msg, fallbackID string) (Event, error) {
-	runID, verb, err := ParseRunSubject(m.Subject)
+func decodeCommandEvent(sp assets.Space, m *nats.Msg, fallbackID string) (Event, error) {
+	runID, verb, err := ParseRunSubjectIn(sp, m.Subject)
 	if err != nil {
 		return Event{}, err
 	}

@@ -246,7 +246,7 @@ func (s *Supervisor) Handle(ctx context.Context, m jetstream.Msg) {
 	}
 	defer consume.Recover(s.log, m, func(err error) { s.rejectPanic(ctx, m, seq, err) })
 	nm := natsMsg(m)
-	ev, err := events.DecodeCommand(nm, fmt.Sprintf("seq-%d", seq))
+	ev, err := events.DecodeCommandIn(s.cfg.Space, nm, fmt.Sprintf("seq-%d", seq))
 	if err == nil {
 		err = s.apply(ctx, ev)
 	}

@@ -173,7 +173,7 @@ func (s *Supervisor) keep(ctx context.Context, nm *nats.Msg, adv maxDeliveries) 
 	refuse := func(runID, why string) error {
 		return s.audit.Reject(ctx, events.RejectedID(s.runStream(), adv.StreamSeq), runID, events.NewRejected(s.runStream(), adv.StreamSeq, nm, why))
 	}
-	ev, err := events.DecodeCommand(nm, fmt.Sprintf("seq-%d", adv.StreamSeq))
+	ev, err := events.DecodeCommandIn(s.cfg.Space, nm, fmt.Sprintf("seq-%d", adv.StreamSeq))
 	if err != nil {
 		return refuse("", err.Error())
 	}

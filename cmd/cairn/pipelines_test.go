@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/cairnhq/cairn/internal/natstest"
+	"github.com/cairnhq/cairn/internal/night"
+	"github.com/cairnhq/cairn/pkg/app"
+	"github.com/cairnhq/cairn/pkg/assets"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/pipeline"
+	"github.com/cairnhq/cairn/pkg/runner"
+)
+
+type constStep string
+
+func (s constStep) Run(context.Context, *runner.Attempt) (*runner.Result, error) {
+	return &runner.Result{Output: json.RawMessage(`"` + s + `"`), Items: 1}, nil
+}
+
+// cairn init makes the assets of every registered pipeline as well as the night's, and
+// cairn runs lists every pipeline's runs, or one pipeline's with --pipeline.
+func TestInitAndRunsOfRegisteredPipelines(t *testing.T) {
+	faultmapEnv(t)
+	js := natstest.JetStream(t)
+	t.Setenv("CAIRN_NATS_URL", js.Conn().ConnectedUrl())
+	t.Setenv("CAIRN_DATA_DIR", t.TempDir())
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cfg := app.Config{JS: js, KeysDir: t.TempDir(), Lease: 3 * time.Second, Heartbeat: time.Second,
+		Pipeline: pipeline.Definition{Name: "copy", Input: []string{"source"}, Steps: []pipeline.Step{
+			{Name: "read", Kind: pipeline.SourceRead, Recovery: "cheap to repeat"},
+			{Name: "sum", Kind: pipeline.Compute, Recovery: "recomputed"},
+		}},
+		Steps: map[string]runner.Step{"read": constStep("rows"), "sum": constStep("total")},
+	}
+	if err := app.Init(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	audit := assets.MustSpace("copy").Stream(assets.StreamAudit)
+	if err := js.DeleteStream(ctx, audit); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmdInit(ctx, nil); err != nil {
+		t.Fatalf("cairn init: %v", err)
+	}
+	if _, err := js.Stream(ctx, audit); err != nil {
+		t.Errorf("after cairn init, pipeline copy's %s: %v", audit, err)
+	}
+	if _, err := js.Stream(ctx, assets.StreamRuns); err != nil {
+		t.Errorf("after cairn init, the night's %s: %v", assets.StreamRuns, err)
+	}
+
+	running, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- app.Run(running, cfg) }()
+	if err := app.Start(ctx, js, "copy", "r-1", map[string]any{"source": "a.csv"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.Wait(ctx, js, "copy", "r-1"); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	for _, args := range [][]string{{"--json"}, {"--json", "--pipeline", "copy"}} {
+		rows := runsJSON(t, args...)
+		if len(rows) != 1 || rows[0].Pipeline != "copy" || rows[0].RunID != "r-1" || rows[0].Status != string(kc.Done) || rows[0].Steps != 2 {
+			t.Errorf("cairn runs %v: %+v, want copy's r-1, done after 2 steps", args, rows)
+		}
+	}
+	if rows := runsJSON(t, "--json", "--pipeline", night.Pipeline.Name); len(rows) != 0 {
+		t.Errorf("the night's runs: %+v, want none", rows)
+	}
+	if err := runRuns(ctx, &bytes.Buffer{}, []string{"--pipeline", "nope"}); !errors.Is(err, errUsage) {
+		t.Errorf("an unregistered pipeline: %v, want a usage error", err)
+	}
+}
+
+func runsJSON(t *testing.T, args ...string) []runRow {
+	t.Helper()
+	var out bytes.Buffer
+	if err := runRuns(t.Context(), &out, args); err != nil {
+		t.Fatalf("cairn runs %v: %v", args, err)
+	}
+	var rows []runRow
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		var r runRow
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
