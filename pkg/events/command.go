@@ -1,10 +1,10 @@
 package events
 
 import (
-	"github.com/cairnhq/cairn/pkg/assets"
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/cairnhq/cairn/pkg/assets"
 
 	"github.com/nats-io/nats.go"
 )
