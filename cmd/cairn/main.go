@@ -19,11 +19,12 @@ import (
 const usage = `usage: cairn <command> [flags]
 
 commands:
-  init      create the NATS assets, or check the existing ones
+  init      create the NATS assets, or check the existing ones (every registered pipeline's too)
   dev       run an embedded nats-server, init, and every service in one process
   gen       generate one night's data (invoices, ERP tables, ground truth)
   start     start a run (--wait to follow it until it is done)
-  runs      list every run: status, current step, age, restarts (--status S[,S], --step STEP, --json)
+  runs      list every pipeline's runs: status, current step, age, restarts (--status S[,S], --step STEP, --pipeline NAME, --json)
+  permissions  permissions --pipeline NAME: the NATS user a registered pipeline's services connect as (--json)
   timeline  a run's timeline from the audit: each step's times, attempts and restarts, then the run's events (--json)
   status    print a run's checkpoint and its handover note (--json for the raw record)
   handovers list the runs handed to a person, with what stopped them
@@ -62,7 +63,7 @@ func main() {
 		"init": cmdInit, "dev": cmdDev, "gen": cmdGen, "start": cmdStart, "status": cmdStatus, "demo": cmdDemo,
 		"handovers": cmdHandovers, "resume": cmdResume, "cancel": cmdCancel, "rerun": cmdRerun, "undo": cmdUndo, "faultmap": cmdFaultmap,
 		"runs": cmdRuns, "timeline": cmdTimeline, "approve": cmdApprove, "approver": cmdApprover, "reject": cmdReject, "diff": cmdDiff, "fences": cmdFences, "chaos": cmdChaos, "bench": cmdBench,
-		"ready": cmdReady, "seeds": cmdSeeds, "service": cmdService,
+		"ready": cmdReady, "permissions": cmdPermissions, "seeds": cmdSeeds, "service": cmdService,
 	}
 	name := os.Args[1]
 	if name == "-h" || name == "--help" || name == "help" {

@@ -2,8 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"os"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -91,4 +96,67 @@ func initRegistered(ctx context.Context, js jetstream.JetStream) error {
 		fmt.Printf("pipeline %s: every asset exists and matches its definition (%s, %s)\n", r.Name, c.Space.Stream(assets.StreamRuns), c.Space.Bucket(assets.BucketRuns))
 	}
 	return nil
+}
+
+// cmdPermissions prints the NATS user a registered pipeline's services connect as: its
+// assets.Permissions, in the form of deploy/nats/accounts.conf's users.
+func cmdPermissions(ctx context.Context, args []string) error {
+	return runPermissions(ctx, os.Stdout, args)
+}
+
+func runPermissions(ctx context.Context, out io.Writer, args []string) error {
+	fs := flag.NewFlagSet("permissions", flag.ContinueOnError)
+	name := fs.String("pipeline", "", "the registered pipeline")
+	raw := fs.Bool("json", false, "print the allow lists as JSON")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 || *name == "" {
+		return fmt.Errorf("%w: permissions --pipeline NAME [--json]", errUsage)
+	}
+	_, nc, js, err := connect("cli")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	r, err := app.Registered(ctx, js, *name)
+	if err != nil {
+		return err
+	}
+	c, err := r.Assets()
+	if err != nil {
+		return err
+	}
+	p := c.Permissions()
+	if *raw {
+		return json.NewEncoder(out).Encode(p)
+	}
+	list := func(subjects []string) string {
+		var b strings.Builder
+		for _, s := range subjects {
+			fmt.Fprintf(&b, "          %q\n", s)
+		}
+		return b.String()
+	}
+	_, err = fmt.Fprintf(out, `# Pipeline %[1]s: its services connect as this user, with their replies under
+# %[2]s (nats.CustomInboxPrefix). It may use its own streams, buckets and subjects
+# (cairn.%[1]s.>) and nothing of another pipeline's; creating or changing them is admin's.
+{
+  user: %[1]s
+  password: "REPLACE: nats server passwd"
+  permissions: {
+    publish: {
+      allow: [
+%[3]s      ]
+    }
+    subscribe: {
+      allow: [
+%[4]s      ]
+    }
+    allow_responses: true
+  }
+}
+`, r.Name, c.Space.Inbox(), list(p.Publish), list(p.Subscribe))
+	return err
 }

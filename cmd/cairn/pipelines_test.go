@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -83,6 +84,28 @@ func TestInitAndRunsOfRegisteredPipelines(t *testing.T) {
 	}
 	if err := runRuns(ctx, &bytes.Buffer{}, []string{"--pipeline", "nope"}); !errors.Is(err, errUsage) {
 		t.Errorf("an unregistered pipeline: %v, want a usage error", err)
+	}
+
+	// cairn permissions prints the pipeline's own allow lists (pkg/app's
+	// TestPipelinePermissions runs a pipeline under them).
+	var out bytes.Buffer
+	if err := runPermissions(ctx, &out, []string{"--pipeline", "copy", "--json"}); err != nil {
+		t.Fatal(err)
+	}
+	var got assets.Permissions
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := cfg.Assets().Permissions()
+	if !slices.Equal(got.Publish, want.Publish) || !slices.Equal(got.Subscribe, want.Subscribe) || !slices.Contains(got.Publish, "cairn.copy.>") {
+		t.Errorf("cairn permissions --pipeline copy: %+v, want %+v", got, want)
+	}
+	out.Reset()
+	if err := runPermissions(ctx, &out, []string{"--pipeline", "copy"}); err != nil || !bytes.Contains(out.Bytes(), []byte(`"$KV.cairn-copy-runs.>"`)) {
+		t.Errorf("cairn permissions, as conf (%v):\n%s", err, out.String())
+	}
+	if err := runPermissions(ctx, &out, nil); !errors.Is(err, errUsage) {
+		t.Errorf("no --pipeline: %v, want a usage error", err)
 	}
 }
 

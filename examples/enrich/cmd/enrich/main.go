@@ -122,7 +122,7 @@ func config(ctx context.Context, js jetstream.JetStream, s Settings) (app.Config
 
 // serve makes the assets (init) or runs the named services.
 func serve(ctx context.Context, s Settings, init bool, names []string) error {
-	nc, err := nats.Connect(s.NATSURL, nats.Name("enrich"), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(s.NATSURL, nats.Name("enrich"), nats.MaxReconnects(-1), nats.CustomInboxPrefix(enrich.Space.Inbox()))
 	if err != nil {
 		return fmt.Errorf("connecting to CAIRN_NATS_URL %s: %w", s.NATSURL, err)
 	}

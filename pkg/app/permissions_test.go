@@ -1,0 +1,113 @@
+package app_test
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/pkg/app"
+	"github.com/cairnhq/cairn/pkg/assets"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+)
+
+// Each pipeline's services, connected as a NATS user of their own with the pipeline's
+// assets.Permissions, run their runs to the end, and can neither start another pipeline's
+// run nor read its checkpoints.
+func TestPipelinePermissions(t *testing.T) {
+	dir := t.TempDir()
+	users := []*server.User{{Username: "admin", Password: "admin"}}
+	for _, p := range []string{"alpha", "beta"} {
+		perm := greeting(nil, p, "").Assets().Permissions()
+		users = append(users, &server.User{Username: p, Password: p, Permissions: &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: perm.Publish},
+			Subscribe: &server.SubjectPermission{Allow: perm.Subscribe},
+			Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute},
+		}})
+	}
+	srv, err := server.NewServer(&server.Options{ServerName: "perms", Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: filepath.Join(dir, "nats"), NoSigs: true, NoLog: true, Users: users})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(15 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	defer srv.Shutdown()
+
+	var mu sync.Mutex
+	var refused []string
+	connect := func(user string, opts ...nats.Option) jetstream.JetStream {
+		opts = append(opts, nats.UserInfo(user, user), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			mu.Lock()
+			refused = append(refused, user+": "+err.Error())
+			mu.Unlock()
+		}))
+		nc, err := nats.Connect(srv.ClientURL(), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return js
+	}
+	admin := connect("admin")
+	alpha := connect("alpha", nats.CustomInboxPrefix(assets.MustSpace("alpha").Inbox()))
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+
+	keys := filepath.Join(dir, "keys")
+	if err := app.Init(ctx, greeting(admin, "alpha", keys)); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Init(ctx, greeting(admin, "beta", keys+"-beta")); err != nil {
+		t.Fatal(err)
+	}
+	running, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- app.Run(running, greeting(alpha, "alpha", keys)) }()
+	if err := app.Start(ctx, admin, "alpha", "r-1", map[string]any{"name": "ada"}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := app.Wait(ctx, admin, "alpha", "r-1")
+	if err != nil || rec.Status != kc.Done || string(rec.Steps["shout"].Output.Inline) != `"ADA!"` {
+		t.Fatalf("alpha's r-1: %v, %v", rec, err)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if len(refused) > 0 {
+		t.Errorf("alpha's services were refused: %v", refused)
+	}
+	refused = nil
+	mu.Unlock()
+
+	// What alpha's user may not do: start beta's run, read beta's checkpoints.
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelShort()
+	if err := app.Start(short, alpha, "beta", "r-1", map[string]any{"name": "eve"}); err == nil {
+		t.Error("alpha's user started a run of beta")
+	}
+	if _, err := alpha.KeyValue(short, assets.MustSpace("beta").Bucket(assets.BucketRuns)); err == nil {
+		t.Error("alpha's user opened beta's checkpoint bucket")
+	}
+	if _, err := alpha.Stream(short, assets.StreamRuns); err == nil {
+		t.Error("alpha's user looked up the default space's stream")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(refused) == 0 {
+		t.Error("the server reported no permissions violation")
+	}
+}

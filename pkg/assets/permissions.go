@@ -1,0 +1,73 @@
+package assets
+
+import "slices"
+
+// Permissions is what a pipeline's services may do on NATS, as subjects for a NATS user's
+// permissions (publish and subscribe allow lists, with allow_responses for the owner
+// inboxes' answers): the JetStream API of its own streams, buckets and consumers, and its
+// own space's subjects, so that its services read and write nothing of another pipeline.
+// Creating, changing or deleting a stream, a bucket or a durable is admin's (Init).
+//
+// The services' connection must take its replies under Inbox (nats.CustomInboxPrefix), for
+// another pipeline's services cannot subscribe there. Shared by every pipeline: the JetStream
+// account information ($JS.API.INFO) and the owner inboxes (cairn.owner.<service>.<nuid>),
+// which carry only "alive?" and its answer.
+type Permissions struct {
+	Publish   []string `json:"publish"`
+	Subscribe []string `json:"subscribe"`
+}
+
+// Inbox is the reply prefix of the space's services: _INBOX.cairn.<name> (_INBOX.cairn for
+// the default space).
+func (s Space) Inbox() string {
+	if s.name == "" {
+		return "_INBOX.cairn"
+	}
+	return "_INBOX.cairn." + s.name
+}
+
+// Permissions is c's pipeline's services' permissions.
+func (c Config) Permissions() Permissions {
+	c = c.withDefaults()
+	sp := c.Space
+	var streams []string
+	for _, s := range c.Streams() {
+		streams = append(streams, s.Name)
+	}
+	for _, b := range c.Buckets() {
+		streams = append(streams, "KV_"+b.Bucket)
+	}
+	obj := c.ObjectStore().Bucket
+	streams = append(streams, "OBJ_"+obj)
+
+	pub := []string{"$JS.API.INFO", sp.Root() + ">", "cairn.owner.*.*"}
+	for _, s := range streams {
+		pub = append(pub,
+			"$JS.API.STREAM.INFO."+s,
+			"$JS.API.STREAM.MSG.GET."+s,
+			"$JS.API.DIRECT.GET."+s, "$JS.API.DIRECT.GET."+s+".>",
+			"$JS.API.CONSUMER.INFO."+s+".*",
+			"$JS.API.CONSUMER.LIST."+s, "$JS.API.CONSUMER.NAMES."+s,
+			// the short-lived consumers that read a stream's history or watch a bucket
+			"$JS.API.CONSUMER.CREATE."+s, "$JS.API.CONSUMER.CREATE."+s+".>",
+			"$JS.API.CONSUMER.DELETE."+s+".*",
+			"$JS.API.CONSUMER.MSG.NEXT."+s+".*",
+			"$JS.ACK."+s+".>", "$JS.FC."+s+".>",
+		)
+	}
+	// The supervisor removes a work queue's message once it is rejected or handed over.
+	for _, s := range []string{sp.Stream(StreamRuns), sp.Stream(StreamSteps)} {
+		pub = append(pub, "$JS.API.STREAM.MSG.DELETE."+s)
+	}
+	for _, b := range c.Buckets() {
+		pub = append(pub, "$KV."+b.Bucket+".>")
+	}
+	pub = append(pub, "$O."+obj+".>")
+	sub := []string{
+		sp.Inbox() + ".>", "cairn.owner.*.*",
+		"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + sp.Stream(StreamSteps) + ".*",
+		"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + sp.Stream(StreamRuns) + ".*",
+	}
+	slices.Sort(pub)
+	return Permissions{Publish: slices.Compact(pub), Subscribe: sub}
+}
