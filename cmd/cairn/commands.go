@@ -89,8 +89,8 @@ func cmdHandovers(ctx context.Context, args []string) error {
 }
 
 // printNote prints the run's handover note, for status.
-func printNote(ctx context.Context, js jetstream.JetStream, runID string) {
-	notes, err := js.KeyValue(ctx, assets.BucketHandovers)
+func printNote(ctx context.Context, js jetstream.JetStream, sp assets.Space, runID string) {
+	notes, err := js.KeyValue(ctx, sp.Bucket(assets.BucketHandovers))
 	if err != nil {
 		return
 	}

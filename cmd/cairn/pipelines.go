@@ -71,6 +71,19 @@ func openPipelines(ctx context.Context, js jetstream.JetStream, only string) ([]
 	return out, nil
 }
 
+// openOne opens the runs of pipeline name, the reference night's when name is "".
+func openOne(ctx context.Context, js jetstream.JetStream, name string) (pipelineRuns, error) {
+	if name == "" {
+		store, err := openRuns(ctx, js)
+		return pipelineRuns{name: night.Pipeline.Name, store: store}, err
+	}
+	ps, err := openPipelines(ctx, js, name)
+	if err != nil {
+		return pipelineRuns{}, err
+	}
+	return ps[0], nil
+}
+
 // initRegistered creates and checks the assets of every registered pipeline (app.Init made
 // them; a release may change their definitions) and says so for each.
 func initRegistered(ctx context.Context, js jetstream.JetStream) error {

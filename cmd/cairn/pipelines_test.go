@@ -86,6 +86,16 @@ func TestInitAndRunsOfRegisteredPipelines(t *testing.T) {
 		t.Errorf("an unregistered pipeline: %v, want a usage error", err)
 	}
 
+	// status and timeline find the run in its pipeline's space, and not in the night's.
+	for _, cmd := range []func(context.Context, []string) error{cmdStatus, cmdTimeline} {
+		if err := cmd(ctx, []string{"--pipeline", "copy", "r-1"}); err != nil {
+			t.Errorf("status/timeline --pipeline copy r-1: %v", err)
+		}
+		if err := cmd(ctx, []string{"r-1"}); err == nil {
+			t.Error("status/timeline r-1 found copy's run among the night's")
+		}
+	}
+
 	// cairn permissions prints the pipeline's own allow lists (pkg/app's
 	// TestPipelinePermissions runs a pipeline under them).
 	var out bytes.Buffer

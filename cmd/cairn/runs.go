@@ -273,12 +273,13 @@ func progress(r *kc.Record) string {
 func cmdStatus(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	raw := fs.Bool("json", false, "print the raw checkpoint record")
+	only := fs.String("pipeline", "", "the run's pipeline (default: the reference night)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		return fmt.Errorf("%w: status RUN [--json]", errUsage)
+		return fmt.Errorf("%w: status RUN [--pipeline NAME] [--json]", errUsage)
 	}
 	run := pos[0]
 	_, nc, js, err := connect("cli")
@@ -286,10 +287,11 @@ func cmdStatus(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	store, err := openRuns(ctx, js)
+	p, err := openOne(ctx, js, *only)
 	if err != nil {
 		return err
 	}
+	store, sp := p.store, p.space
 	e, err := store.KV().Get(ctx, run)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("no run %q", run)
@@ -307,33 +309,33 @@ func cmdStatus(ctx context.Context, args []string) error {
 	}
 	if err != nil {
 		fmt.Printf("run %s: the checkpoint (revision %d) is damaged, not trusted: %v\n", run, e.Revision(), err)
-		printNote(ctx, js, run)
+		printNote(ctx, js, sp, run)
 		return exitCode{code: 3, err: fmt.Errorf("checkpoint of %s not trusted", run)}
 	}
 	printRecord(r, e.Revision())
 	if r.Status == kc.Finishing || (r.Status == kc.HandedOver && r.Current() == "") {
-		printUndelivered(ctx, js, r)
+		printUndelivered(ctx, js, sp, r)
 	}
 	if r.Handover != nil {
-		printNote(ctx, js, r.RunID)
+		printNote(ctx, js, sp, r.RunID)
 	}
 	return nil
 }
 
 // printUndelivered shows the mail a finishing run waits on: each message not yet marked sent
 // or cancelled, and what its mark says.
-func printUndelivered(ctx context.Context, js jetstream.JetStream, r *kc.Record) {
-	marks, err := js.KeyValue(ctx, assets.BucketOutbox)
+func printUndelivered(ctx context.Context, js jetstream.JetStream, sp assets.Space, r *kc.Record) {
+	marks, err := js.KeyValue(ctx, sp.Bucket(assets.BucketOutbox))
 	if err != nil {
 		fmt.Printf("outbox     unknown: %v\n", err)
 		return
 	}
 	// What the sender would send: a forged message (refused on cairn.rejected) is not waited on.
 	var trust *outbox.Trust
-	if ring, err := identity.OpenRing(ctx, js); err == nil {
+	if ring, err := identity.OpenRingIn(ctx, js, sp); err == nil {
 		trust = &outbox.Trust{Ring: ring}
 	}
-	pending, queued, err := supervisor.Undelivered(ctx, js, assets.Default, trust, marks, r)
+	pending, queued, err := supervisor.Undelivered(ctx, js, sp, trust, marks, r)
 	if err != nil {
 		fmt.Printf("outbox     unknown: %v\n", err)
 		return

@@ -78,12 +78,13 @@ type runEvent struct {
 func cmdTimeline(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("timeline", flag.ContinueOnError)
 	raw := fs.Bool("json", false, "print the timeline as one JSON object")
+	only := fs.String("pipeline", "", "the run's pipeline (default: the reference night)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		return fmt.Errorf("%w: timeline RUN [--json]", errUsage)
+		return fmt.Errorf("%w: timeline RUN [--pipeline NAME] [--json]", errUsage)
 	}
 	run := pos[0]
 	if err := events.ValidID("run id", run); err != nil {
@@ -97,10 +98,11 @@ func cmdTimeline(ctx context.Context, args []string) error {
 	// The record gives the pipeline's order; without a trusted one, steps come in the order
 	// the audit first names them.
 	var pipeline []string
-	store, err := openRuns(ctx, js)
+	p, err := openOne(ctx, js, *only)
 	if err != nil {
 		return err
 	}
+	store := p.store
 	rec, _, lerr := store.Load(ctx, run)
 	switch {
 	case lerr == nil:
@@ -113,7 +115,7 @@ func cmdTimeline(ctx context.Context, args []string) error {
 	default:
 		return lerr
 	}
-	evs, err := events.ReadSubject(ctx, js, assets.StreamAudit, events.AuditSubject(run))
+	evs, err := events.ReadSubject(ctx, js, p.space.Stream(assets.StreamAudit), p.space.Audit(run))
 	if err != nil {
 		return err
 	}
