@@ -74,7 +74,8 @@ type runEvent struct {
 	Attrs  map[string]string `json:"attrs,omitempty"`
 }
 
-// cmdTimeline prints a run's timeline from CAIRN_AUDIT.
+// cmdTimeline prints a run's timeline from CAIRN_AUDIT and the run's record (the commits that
+// are their record alone).
 func cmdTimeline(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("timeline", flag.ContinueOnError)
 	raw := fs.Bool("json", false, "print the timeline as one JSON object")
