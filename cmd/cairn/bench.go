@@ -18,7 +18,7 @@ const benchUsage = `usage: cairn bench <what> [flags]
 
   transitions  K runs of an S-step pipeline of no-op steps through the step runner, C runs in
                flight, and the raw JetStream floor in the same invocation
-               [--runs K] [--concurrency C] [--steps S] [--sync-always]
+               [--runs K] [--concurrency C] [--steps S] [--sync-always] [--cluster 3]
   night        the reference night end to end under cairn dev [--invoices N --mismatches M]
   resume       the night killed at entry 24 of post-ledger, and the restart's resume
   many         R small nights at once [--runs R --invoices N]
@@ -93,13 +93,14 @@ func benchTransitions(ctx context.Context, args []string) error {
 	conc := fs.Int("concurrency", 16, "C: runs in flight (and messages each step runner handles at once)")
 	steps := fs.Int("steps", 10, "S: no-op steps a run")
 	syncAlways := fs.Bool("sync-always", false, "sync_interval: always (fsync every write before its ack)")
+	cluster := fs.Int("cluster", 1, "servers: 1, or 3 clustered on loopback with every stream and bucket at replicas 3 (the floor's too)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	dir := fs.String("dir", "", "keep the servers' storage in this folder; default a temporary one")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the measured part (Cairn's, not the floor's) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	c := bench.TransitionsConfig{Runs: *runs, Concurrency: *conc, Steps: *steps, SyncAlways: *syncAlways, Dir: *dir}
+	c := bench.TransitionsConfig{Runs: *runs, Concurrency: *conc, Steps: *steps, SyncAlways: *syncAlways, Cluster: *cluster, Dir: *dir}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {

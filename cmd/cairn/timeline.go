@@ -74,7 +74,8 @@ type runEvent struct {
 	Attrs  map[string]string `json:"attrs,omitempty"`
 }
 
-// cmdTimeline prints a run's timeline from CAIRN_AUDIT.
+// cmdTimeline prints a run's timeline from CAIRN_AUDIT and the run's record (the commits that
+// are their record alone).
 func cmdTimeline(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("timeline", flag.ContinueOnError)
 	raw := fs.Bool("json", false, "print the timeline as one JSON object")
@@ -97,7 +98,7 @@ func cmdTimeline(ctx context.Context, args []string) error {
 	defer nc.Close()
 	// The record gives the pipeline's order; without a trusted one, steps come in the order
 	// the audit first names them.
-	var pipeline []string
+	var trusted *kc.Record
 	p, err := openOne(ctx, js, *only)
 	if err != nil {
 		return err
@@ -106,7 +107,7 @@ func cmdTimeline(ctx context.Context, args []string) error {
 	rec, _, lerr := store.Load(ctx, run)
 	switch {
 	case lerr == nil:
-		pipeline = rec.Pipeline
+		trusted = rec
 	case errors.Is(lerr, kc.ErrNotFound):
 	case errors.Is(lerr, kc.ErrCorrupt), errors.Is(lerr, kc.ErrForeignEpoch):
 		fmt.Fprintf(os.Stderr, "cairn timeline: the checkpoint of %s is not trusted (%v); steps in the order the audit names them\n", run, lerr)
@@ -122,7 +123,7 @@ func cmdTimeline(ctx context.Context, args []string) error {
 	if len(evs) == 0 && errors.Is(lerr, kc.ErrNotFound) {
 		return fmt.Errorf("no run %q: no checkpoint and no audit event", run)
 	}
-	tl, err := buildTimeline(run, pipeline, evs)
+	tl, err := buildTimeline(run, trusted, evs)
 	if err != nil {
 		return err
 	}
@@ -136,9 +137,18 @@ func cmdTimeline(ctx context.Context, args []string) error {
 }
 
 // buildTimeline folds the run's audit events, in stream order, into step rows (in pipeline
-// order, then any other step in the order the audit names it) and the run's events.
-func buildTimeline(run string, pipeline []string, evs []events.Event) (timeline, error) {
+// order, then any other step in the order the audit names it) and the run's events. rec is
+// the run's trusted record, or nil: it gives the pipeline's order, and the commits that are
+// their record alone (a lease-free step's that counted no outside effect publishes no
+// step.verified): a verified step whose token no step.verified names is verified at its
+// finished_at.
+func buildTimeline(run string, rec *kc.Record, evs []events.Event) (timeline, error) {
+	var pipeline []string
+	if rec != nil {
+		pipeline = rec.Pipeline
+	}
 	tl := timeline{RunID: run, Count: len(evs), Steps: []stepTimeline{}, Events: []runEvent{}}
+	verified := map[string]map[uint64]bool{} // the tokens of each step's step.verified events
 	index := map[string]int{}
 	row := func(step string) *stepTimeline {
 		i, ok := index[step]
@@ -186,6 +196,10 @@ func buildTimeline(run string, pipeline []string, evs []events.Event) (timeline,
 		case evVerified:
 			s.Verified++
 			s.FinishedAt = &at
+			if verified[a.Step] == nil {
+				verified[a.Step] = map[uint64]bool{}
+			}
+			verified[a.Step][a.Token] = true
 		case evFailed:
 			s.Failed++
 		case evFenced:
@@ -199,6 +213,24 @@ func buildTimeline(run string, pipeline []string, evs []events.Event) (timeline,
 			s.Republished++
 		case evVersionChanged:
 			s.VersionChanges++
+		}
+	}
+	if rec != nil {
+		for _, name := range rec.Pipeline {
+			st := rec.Step(name)
+			if st.Status != kc.Verified || st.Token == nil || st.FinishedAt == nil || verified[name][*st.Token] {
+				continue
+			}
+			at, err := time.Parse(time.RFC3339Nano, *st.FinishedAt)
+			if err != nil {
+				return tl, fmt.Errorf("step %s of %s: finished_at %q: %w", name, run, *st.FinishedAt, err)
+			}
+			s := row(name)
+			s.Verified++
+			s.tokens[*st.Token] = true
+			if s.FinishedAt == nil || at.After(*s.FinishedAt) {
+				s.FinishedAt = &at
+			}
 		}
 	}
 	for i := range tl.Steps {

@@ -22,6 +22,21 @@ func TestTransitionsSmall(t *testing.T) {
 	}
 }
 
+// On three servers clustered on loopback, Cairn's streams and the floor's have 3 replicas.
+func TestTransitionsSmallCluster(t *testing.T) {
+	res, err := Transitions(context.Background(), TransitionsConfig{Runs: 8, Concurrency: 4, Steps: 2, Cluster: 3, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Nodes != 3 || res.Transitions != 16 || res.PerSecond <= 0 || res.Floor.Transitions != 32 || res.Floor.PerSecond <= 0 {
+		t.Errorf("result %+v", res)
+	}
+	// A lease-free step that changed nothing outside stores its commit in the record alone.
+	if res.Stored.AuditEvents != 0 || res.Stored.Checkpoints != 1.5 {
+		t.Errorf("stored per transition %+v, want 1.5 checkpoints and no audit event", res.Stored)
+	}
+}
+
 func TestTransitionsRefusesRecordsTooLarge(t *testing.T) {
 	_, err := Transitions(context.Background(), TransitionsConfig{Runs: 1, Steps: 40, Dir: t.TempDir()})
 	if err == nil || !strings.Contains(err.Error(), "too large") {
@@ -52,7 +67,7 @@ func TestFigures(t *testing.T) {
 	}
 	s := &Suite{
 		Transitions:     []TransitionsResult{tr(6000, 15000), tr(4000, 15000), tr(7000, 15000)},
-		TransitionsSync: []TransitionsResult{tr(2500, 2000)},
+		TransitionsSync: []TransitionsResult{tr(4000, 2000)}, // 2.0×
 		Night:           []NightResult{{TotalSeconds: 0.4}, {TotalSeconds: 0.6}, {TotalSeconds: 0.45}},
 		Resume:          []ResumeResult{{ContinueSeconds: 1.2}},
 		Many:            &ManyResult{RunsPerSec: 10, PeakRSSBytes: 100 * mib},

@@ -17,7 +17,9 @@ import (
 type FloorConfig struct {
 	Runs, Concurrency, Steps int
 	SyncAlways               bool
-	ValueSize                int // bytes of each value and message; default 200
+	// Nodes is 1 (default), or 3: a cluster on loopback whose bucket and stream have 3 replicas.
+	Nodes     int
+	ValueSize int // bytes of each value and message; default 200
 	// ValueSizes, when set, are the KV value's sizes: [0] at the create, [s] at transition
 	// s (the published message stays ValueSize bytes).
 	ValueSizes []int
@@ -49,21 +51,30 @@ func RawFloor(ctx context.Context, c FloorConfig) (Floor, error) {
 		defer os.RemoveAll(tmp)
 		c.Dir = tmp
 	}
-	srv, err := embedded(c.Dir, c.SyncAlways)
+	c.Nodes = cmp.Or(c.Nodes, 1)
+	srvs, err := startNodes(c.Dir, c.SyncAlways, c.Nodes)
 	if err != nil {
 		return f, err
 	}
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	nc, js, err := connect(srv, "cairn-bench-floor")
+	defer srvs.shutdown()
+	nc, js, err := connectURL(srvs.url(), "cairn-bench-floor")
 	if err != nil {
 		return f, err
 	}
 	defer nc.Close()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "floor", History: 16, Storage: jetstream.FileStorage})
+	var kv jetstream.KeyValue
+	err = eventually(30*time.Second, func() (err error) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "floor", History: 16, Storage: jetstream.FileStorage, Replicas: c.Nodes})
+		return err
+	})
 	if err != nil {
 		return f, fmt.Errorf("raw floor bucket: %w", err)
 	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FLOOR", Subjects: []string{"floor.>"}, Storage: jetstream.FileStorage}); err != nil {
+	err = eventually(30*time.Second, func() error {
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FLOOR", Subjects: []string{"floor.>"}, Storage: jetstream.FileStorage, Replicas: c.Nodes})
+		return err
+	})
+	if err != nil {
 		return f, fmt.Errorf("raw floor stream: %w", err)
 	}
 	value := []byte(`"` + strings.Repeat("x", max(c.ValueSize-2, 0)) + `"`)

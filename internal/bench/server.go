@@ -2,8 +2,12 @@ package bench
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -35,16 +39,125 @@ func embedded(dir string, syncAlways bool) (*server.Server, error) {
 
 // connect opens a client connection to s over loopback TCP, as a service would.
 func connect(s *server.Server, name string) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(s.ClientURL(), nats.Name(name))
+	return connectURL(s.ClientURL(), name)
+}
+
+// connectURL opens a client connection to the servers of url (comma-separated).
+func connectURL(url, name string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(url, nats.Name(name))
 	if err != nil {
-		return nil, nil, fmt.Errorf("connecting to %s: %w", s.ClientURL(), err)
+		return nil, nil, fmt.Errorf("connecting to %s: %w", url, err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("JetStream on %s: %w", s.ClientURL(), err)
+		return nil, nil, fmt.Errorf("JetStream on %s: %w", url, err)
 	}
 	return nc, js, nil
+}
+
+// nodes are the servers a measurement runs on: one, or three clustered on loopback.
+type nodes struct {
+	srvs []*server.Server
+}
+
+// startNodes starts n servers (1, or 3 in a cluster, which then has a JetStream meta
+// leader) with JetStream and file storage under dir; syncAlways as embedded's.
+func startNodes(dir string, syncAlways bool, n int) (*nodes, error) {
+	if n <= 1 {
+		s, err := embedded(dir, syncAlways)
+		if err != nil {
+			return nil, err
+		}
+		return &nodes{srvs: []*server.Server{s}}, nil
+	}
+	var routes []*url.URL
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("a route port: %w", err)
+		}
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		routes = append(routes, &url.URL{Scheme: "nats", Host: l.Addr().String()})
+		l.Close()
+	}
+	ns := &nodes{}
+	for i, p := range ports {
+		s, err := server.NewServer(&server.Options{
+			ServerName: fmt.Sprintf("cairn-bench-n%d", i+1), Host: "127.0.0.1", Port: -1, JetStream: true,
+			StoreDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), SyncAlways: syncAlways, NoLog: true, NoSigs: true,
+			Cluster: server.ClusterOpts{Name: "cairn-bench", Host: "127.0.0.1", Port: p}, Routes: routes,
+		})
+		if err != nil {
+			ns.shutdown()
+			return nil, fmt.Errorf("embedded nats-server n%d: %w", i+1, err)
+		}
+		go s.Start()
+		ns.srvs = append(ns.srvs, s)
+	}
+	for i, s := range ns.srvs {
+		if !s.ReadyForConnections(30 * time.Second) {
+			ns.shutdown()
+			return nil, fmt.Errorf("embedded nats-server n%d in %s did not start", i+1, dir)
+		}
+	}
+	// The election has no event to wait on from outside the servers: poll, with a deadline.
+	err := eventually(30*time.Second, func() error {
+		for _, s := range ns.srvs {
+			if s.JetStreamIsLeader() {
+				return nil
+			}
+		}
+		return errors.New("the cluster has no JetStream meta leader")
+	})
+	if err != nil {
+		ns.shutdown()
+		return nil, err
+	}
+	return ns, nil
+}
+
+// url is the servers' client URLs, comma-separated.
+func (ns *nodes) url() string {
+	var urls []string
+	for _, s := range ns.srvs {
+		urls = append(urls, s.ClientURL())
+	}
+	return strings.Join(urls, ",")
+}
+
+func (ns *nodes) shutdown() {
+	for _, s := range ns.srvs {
+		s.Shutdown()
+	}
+	for _, s := range ns.srvs {
+		s.WaitForShutdown()
+	}
+}
+
+// eventually calls f until it returns nil or within has passed (its last error then): for
+// what a new cluster's JetStream refuses while it settles (no leader yet). An error f wraps
+// in permanent is returned at once.
+func eventually(within time.Duration, f func() error) error {
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if p, ok := err.(permanent); ok {
+			return p.error
+		}
+		select {
+		case <-deadline.C:
+			return fmt.Errorf("within %s: %w", within, err)
+		case <-tick.C:
+		}
+	}
 }
 
 // selfPeakRSS is this process's peak resident set size in bytes (0 where unknown).
@@ -124,3 +237,6 @@ func procField(path, key, sep string) string {
 
 // MiB formats bytes as mebibytes.
 func MiB(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// permanent is an error eventually does not retry.
+type permanent struct{ error }

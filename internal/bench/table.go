@@ -22,6 +22,7 @@ func (r TransitionsResult) Table(w io.Writer) {
 	}
 	table(w, [][2]string{
 		{"runs × steps, in flight", fmt.Sprintf("%d × %d, %d", r.Runs, r.Steps, r.Concurrency)},
+		{"servers", servers(r.Nodes)},
 		{"server sync", sync},
 		{"durable step transitions", fmt.Sprint(r.Transitions)},
 		{"wall time", fmt.Sprintf("%.3f s", r.WallSeconds)},
@@ -33,6 +34,8 @@ func (r TransitionsResult) Table(w io.Writer) {
 		{"peak RSS (server and runners)", MiB(r.PeakRSSBytes)},
 		{"finished checkpoint", fmt.Sprintf("%d bytes", r.CheckpointBytes)},
 		{"checkpoint CAS conflicts", fmt.Sprint(r.Conflicts)},
+		{"stored per transition", fmt.Sprintf("%.2f checkpoints, %.2f step events, %.2f audit events, %.2f artifact messages",
+			r.Stored.Checkpoints, r.Stored.StepEvents, r.Stored.AuditEvents, r.Stored.ArtifactMessages)},
 	})
 }
 
@@ -84,4 +87,12 @@ func safeRatio(a, b float64) float64 {
 		return 0
 	}
 	return a / b
+}
+
+// servers names the servers a measurement ran on.
+func servers(n int) string {
+	if n <= 1 {
+		return "1"
+	}
+	return fmt.Sprintf("%d clustered on loopback, replicas %d", n, n)
 }

@@ -27,7 +27,10 @@ type TransitionsConfig struct {
 	Concurrency int  // C runs in flight, and messages each step runner handles at once; default 16
 	Steps       int  // S steps a run; default 10
 	SyncAlways  bool // sync_interval: always
-	OutputSize  int  // bytes of each step's output; default 200
+	// Cluster is 1 (default, one server), or 3: three servers clustered on loopback, every
+	// stream, bucket and consumer with 3 replicas (the floor's too).
+	Cluster    int
+	OutputSize int // bytes of each step's output; default 200
 	// Dir holds the servers' storage; default a temporary folder, removed afterwards.
 	Dir     string
 	Timeout time.Duration // for each of the two measurements; default 10m
@@ -42,6 +45,7 @@ func (c TransitionsConfig) withDefaults() TransitionsConfig {
 	c.Steps = cmp.Or(c.Steps, 10)
 	c.OutputSize = cmp.Or(c.OutputSize, 200)
 	c.Timeout = cmp.Or(c.Timeout, 10*time.Minute)
+	c.Cluster = cmp.Or(c.Cluster, 1)
 	return c
 }
 
@@ -49,6 +53,9 @@ func (c TransitionsConfig) validate() error {
 	var errs []error
 	if c.Runs < 1 || c.Concurrency < 1 || c.Steps < 1 {
 		errs = append(errs, fmt.Errorf("runs (%d), concurrency (%d) and steps (%d) must be at least 1", c.Runs, c.Concurrency, c.Steps))
+	}
+	if c.Cluster != 1 && c.Cluster != 3 {
+		errs = append(errs, fmt.Errorf("cluster (%d): 1 server, or 3", c.Cluster))
 	}
 	if c.Steps > 99 {
 		errs = append(errs, fmt.Errorf("steps (%d): at most 99", c.Steps))
@@ -106,6 +113,7 @@ type TransitionsResult struct {
 	Concurrency int  `json:"concurrency"`
 	Steps       int  `json:"steps"`
 	SyncAlways  bool `json:"sync_always"`
+	Nodes       int  `json:"nodes"` // servers: 1, or 3 clustered (replicas 3)
 	// Transitions are the step commits measured: runs × steps.
 	Transitions int     `json:"transitions"`
 	WallSeconds float64 `json:"wall_seconds"`
@@ -136,13 +144,16 @@ type Stored struct {
 	Checkpoints float64 `json:"checkpoints"`  // cairn-runs
 	StepEvents  float64 `json:"step_events"`  // CAIRN_STEPS
 	AuditEvents float64 `json:"audit_events"` // CAIRN_AUDIT
+	// ArtifactMessages are the object store's (chunks and metadata): outputs the budget
+	// moved out of the record.
+	ArtifactMessages float64 `json:"artifact_messages"`
 }
 
 // Transitions runs K runs of an S-step pipeline of no-op steps through the real step
 // runner, C runs in flight, then the raw floor with the same server settings.
 func Transitions(ctx context.Context, c TransitionsConfig) (res TransitionsResult, err error) {
 	c = c.withDefaults()
-	res = TransitionsResult{Runs: c.Runs, Concurrency: c.Concurrency, Steps: c.Steps, SyncAlways: c.SyncAlways, Transitions: c.Runs * c.Steps}
+	res = TransitionsResult{Runs: c.Runs, Concurrency: c.Concurrency, Steps: c.Steps, SyncAlways: c.SyncAlways, Nodes: c.Cluster, Transitions: c.Runs * c.Steps}
 	if err := c.validate(); err != nil {
 		return res, fmt.Errorf("bench transitions: %w", err)
 	}
@@ -154,7 +165,7 @@ func Transitions(ctx context.Context, c TransitionsConfig) (res TransitionsResul
 	// The floor is measured right before and right after Cairn, on servers of their own, so
 	// that a machine that speeds up or slows down meanwhile (other work, the disk) tilts
 	// neither side; the reference is the two together.
-	fc := FloorConfig{Runs: c.Runs, Concurrency: c.Concurrency, Steps: c.Steps, SyncAlways: c.SyncAlways, ValueSize: c.OutputSize, Timeout: c.Timeout}
+	fc := FloorConfig{Runs: c.Runs, Concurrency: c.Concurrency, Steps: c.Steps, SyncAlways: c.SyncAlways, Nodes: c.Cluster, ValueSize: c.OutputSize, Timeout: c.Timeout}
 	fc.Dir = filepath.Join(dir, "floor-before")
 	if res.FloorBefore, err = RawFloor(ctx, fc); err != nil {
 		return res, err
@@ -204,18 +215,27 @@ func (n noop) Run(_ context.Context, a *runner.Attempt) (*runner.Result, error) 
 }
 
 func cairnTransitions(ctx context.Context, c TransitionsConfig, dir string, res *TransitionsResult) error {
-	srv, err := embedded(dir, c.SyncAlways)
+	srvs, err := startNodes(dir, c.SyncAlways, c.Cluster)
 	if err != nil {
 		return err
 	}
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	nc, js, err := connect(srv, "cairn-bench")
+	defer srvs.shutdown()
+	nc, js, err := connectURL(srvs.url(), "cairn-bench")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	def := benchPipeline(c.Steps)
-	if err := assets.Ensure(ctx, js, assets.Config{Steps: def.Names()}); err != nil {
+	// A new cluster's JetStream may refuse the first requests (no leader yet); a mismatch is
+	// never retried.
+	err = eventually(30*time.Second, func() error {
+		err := assets.Ensure(ctx, js, assets.Config{Steps: def.Names(), Replicas: c.Cluster})
+		if errors.Is(err, assets.ErrMismatch) {
+			return permanent{err}
+		}
+		return err
+	})
+	if err != nil {
 		return err
 	}
 	// Every record signed by its writer and checked by its reader, as in a deployment.
@@ -328,8 +348,8 @@ func cairnTransitions(ctx context.Context, c TransitionsConfig, dir string, res 
 
 // stored counts what the streams hold, written or since removed, per transition.
 func stored(ctx context.Context, js jetstream.JetStream, transitions int) (Stored, error) {
-	var n [3]uint64
-	for i, name := range []string{"KV_" + assets.BucketRuns, assets.StreamSteps, assets.StreamAudit} {
+	var n [4]uint64
+	for i, name := range []string{"KV_" + assets.BucketRuns, assets.StreamSteps, assets.StreamAudit, "OBJ_" + assets.ObjectArtifacts} {
 		s, err := js.Stream(ctx, name)
 		if err != nil {
 			return Stored{}, fmt.Errorf("counting what %s stored: %w", name, err)
@@ -337,7 +357,7 @@ func stored(ctx context.Context, js jetstream.JetStream, transitions int) (Store
 		n[i] = s.CachedInfo().State.LastSeq
 	}
 	per := func(v uint64) float64 { return float64(v) / float64(transitions) }
-	return Stored{Checkpoints: per(n[0]), StepEvents: per(n[1]), AuditEvents: per(n[2])}, nil
+	return Stored{Checkpoints: per(n[0]), StepEvents: per(n[1]), AuditEvents: per(n[2]), ArtifactMessages: per(n[3])}, nil
 }
 
 // checkRuns confirms every run finished with every step verified once, and measures a

@@ -267,6 +267,7 @@ func (n *Night) outcome(ctx context.Context, js jetstream.JetStream, rec *kc.Rec
 	}
 	resumed := map[string]bool{}
 	crashed := false
+	var crashedAt time.Time
 	for _, e := range evs {
 		var a events.Audit
 		if e.Unmarshal(&a) != nil {
@@ -278,11 +279,24 @@ func (n *Night) outcome(ctx context.Context, js jetstream.JetStream, rec *kc.Rec
 		case "document.read":
 			o.DocumentReads++
 		case "reassigned":
+			if !crashed {
+				crashedAt = e.Time
+			}
 			crashed = true
 		case "step.started", "step.verified":
 			if crashed {
 				resumed[a.Step] = true
 			}
+		}
+	}
+	// A lease-free step's commit is in the record alone (it audits neither start nor commit).
+	for _, s := range rec.Pipeline {
+		st := rec.Step(s)
+		if !crashed || st.Status != kc.Verified || st.FinishedAt == nil {
+			continue
+		}
+		if at, err := time.Parse(time.RFC3339Nano, *st.FinishedAt); err == nil && at.After(crashedAt) {
+			resumed[s] = true
 		}
 	}
 	var steps []string

@@ -17,7 +17,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/cairnhq/cairn/pkg/idempotency"
 	"github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -37,7 +39,9 @@ var ErrDigest = errors.New("artifact digest mismatch")
 
 // Store keeps outputs in an object store bucket.
 type Store struct {
-	obj jetstream.ObjectStore
+	obj    jetstream.ObjectStore
+	js     jetstream.JetStream
+	bucket string
 }
 
 // Open looks up the object store bucket.
@@ -46,7 +50,7 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string) (*Store, e
 	if err != nil {
 		return nil, fmt.Errorf("looking up object store %q: %w", bucket, err)
 	}
-	return &Store{obj: obj}, nil
+	return &Store{obj: obj, js: js, bucket: bucket}, nil
 }
 
 // maxChunk is the largest chunk an object is stored in: the client's default.
@@ -100,6 +104,12 @@ func (s *Store) SaveObject(ctx context.Context, runID, step string, data []byte)
 	if !errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, fmt.Errorf("looking up artifact %q: %w", name, err)
 	}
+	if len(data) > 0 && len(data) <= maxChunk {
+		if err := s.putChunk(ctx, name, data, out.Digest); err != nil {
+			return nil, fmt.Errorf("storing artifact %q: %w", name, err)
+		}
+		return out, nil
+	}
 	// The chunk buffer sized to the data: the client's default makes one of 128 KiB, cleared,
 	// for every put, a small object's whole cost.
 	chunk := uint32(min(max(len(data), 1), maxChunk))
@@ -111,6 +121,51 @@ func (s *Store) SaveObject(ctx context.Context, runID, step string, data []byte)
 		return nil, fmt.Errorf("storing artifact %q: stored %s, want %s: %w", name, info.Digest, out.Digest, ErrDigest)
 	}
 	return out, nil
+}
+
+// putChunk stores an object of one chunk (1 to maxChunk bytes) under name, not there yet (the
+// caller looked), as the object store's Put does: the chunk on a subject of a fresh NUID,
+// then the name's meta message, a rollup of its subject, both waited for. Put itself makes a
+// JetStream context with a reply subscription of its own for every object and looks the
+// name up again: most of what a small object costs.
+func (s *Store) putChunk(ctx context.Context, name string, data []byte, digest string) error {
+	id := nuid.Next()
+	chunkSubject := "$O." + s.bucket + ".C." + id
+	chunk, err := s.js.PublishMsgAsync(&nats.Msg{Subject: chunkSubject, Data: data})
+	if err != nil {
+		return err
+	}
+	info := jetstream.ObjectInfo{
+		ObjectMeta: jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(len(data))}},
+		Bucket:     s.bucket, NUID: id, Size: uint64(len(data)), Chunks: 1, Digest: digest,
+	}
+	meta := nats.NewMsg("$O." + s.bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name)))
+	meta.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	if meta.Data, err = json.Marshal(info); err != nil {
+		return err
+	}
+	_, merr := s.js.PublishMsg(ctx, meta)
+	// The stream stores what one connection publishes in order: the chunk is answered by now.
+	select {
+	case <-chunk.Ok():
+		if merr == nil {
+			return nil
+		}
+	case err = <-chunk.Err():
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	// Neither half is left behind without the other (a meta without its chunk would be an
+	// object whose reads fail).
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if st, serr := s.js.Stream(cctx, "OBJ_"+s.bucket); serr == nil {
+		if merr == nil {
+			_ = st.Purge(cctx, jetstream.WithPurgeSubject(meta.Subject))
+		}
+		_ = st.Purge(cctx, jetstream.WithPurgeSubject(chunkSubject))
+	}
+	return errors.Join(merr, err)
 }
 
 // Load returns the bytes an output points at, checking the digest.

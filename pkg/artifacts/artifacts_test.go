@@ -396,3 +396,32 @@ func TestReadBrokenOffIsNotADigestMismatch(t *testing.T) {
 		t.Errorf("Read broken off = %v, want context.Canceled", err)
 	}
 }
+
+// A small object is stored as the object store's Put stores it: the same meta, read back by
+// the client's Get.
+func TestSmallObjectAsPutStoresIt(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	data := bigJSON(artifacts.InlineMax + 100)
+	out, err := f.store.SaveObject(ctx, "r1", "s1", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put, err := f.obj.Put(ctx, jetstream.ObjectMeta{Name: "by-put", Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(len(data))}}, bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.obj.GetInfo(ctx, out.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Bucket != put.Bucket || got.Size != put.Size || got.Chunks != put.Chunks || got.Digest != put.Digest || got.Deleted ||
+		got.Opts == nil || got.Opts.ChunkSize != put.Opts.ChunkSize || got.NUID == "" || got.NUID == put.NUID {
+		t.Errorf("meta %+v (opts %+v), Put's %+v (opts %+v)", got, got.Opts, put, put.Opts)
+	}
+	b, err := f.obj.GetBytes(ctx, out.Object)
+	if err != nil || !bytes.Equal(b, data) {
+		t.Errorf("Get: %d bytes (%v), want %d", len(b), err, len(data))
+	}
+}

@@ -46,7 +46,7 @@ const listMargin = 128
 func (r *Runner) fitOutputs(ctx context.Context, a *Attempt, base *kc.Record, res *Result, o outputs) (outputs, error) {
 	next := base.Next(a.Step)
 	committed := func() *kc.Record {
-		n := base.Clone()
+		n := measured(base)
 		r.applyCommit(n, a, res, o)
 		return n
 	}
@@ -156,6 +156,22 @@ func largestEarlier(base *kc.Record, moved map[string]*kc.Output, step string) (
 
 // moveOutputs points the steps' outputs of n that moved to the artifact store (fitOutputs)
 // at their objects: each only while it is still the inline output of the same digest.
+// measured is a copy of r to apply a commit to and measure, never to write: the record and its
+// steps one level deep, which is all applyCommit and moveOutputs change (they set fields; they
+// write through no pointer they find), without a deep Clone's copies of every value.
+func measured(r *kc.Record) *kc.Record {
+	c := *r
+	c.Steps = make(map[string]*kc.Step, len(r.Steps))
+	for name, s := range r.Steps {
+		if s != nil {
+			cs := *s
+			s = &cs
+		}
+		c.Steps[name] = s
+	}
+	return &c
+}
+
 func moveOutputs(n *kc.Record, moved map[string]*kc.Output) {
 	for name, o := range moved {
 		if s := n.Steps[name]; s != nil && s.Output != nil && s.Output.Digest == o.Digest && len(s.Output.Inline) > 0 {

@@ -20,7 +20,10 @@
 //  10. Publish the step's step.verified and the next step's event, wait for the attempt's other
 //     audit events (the items it counted), ack. The first two are not waited for: the
 //     supervisor publishes a lost step event again from the record, and a lost step.verified
-//     costs a timeline line; a failure is logged, and Run returns once they are answered.
+//     costs a timeline line; a failure is logged, and Run returns once they are answered. A
+//     lease-free step that counted no outside effect publishes no step.verified: its
+//     verified step in the record is its timeline line, so its transition pays one synced
+//     write, the checkpoint's.
 //
 // A record this process wrote at the revision that scheduled the event (its id names it) is
 // not read back at point 2 (kvcheckpoint's Store.LoadAt): the commit and the lease take

@@ -199,15 +199,19 @@ func (r *Runner) hold(ctx context.Context, m jetstream.Msg, a *Attempt, h *kc.Ho
 // for (watchAcks logs a failure): the commit is in the record, from which the supervisor
 // publishes a lost step event again; a lost step.verified costs a timeline line. Events
 // that count something (Attempt.Audit, AuditNow) are stored before the ack.
+//
+// A quiet commit (recordsItsCommit) publishes no step.verified: the record is its line.
 func (r *Runner) afterCommit(ctx context.Context, a *Attempt, committed *kc.Record, crev uint64) settleFunc {
 	if err := a.Fault(ctx, faults.AfterCommit, 0); err != nil {
 		a.log.Warn("fault after commit", slog.Any("error", err))
 	}
 	var late []jetstream.PubAckFuture
-	if f, err := r.audit.Post(r.stepAudit(a, "step.verified", crev, "")); err != nil {
-		a.log.Warn("audit event not published", slog.Any("error", err))
-	} else {
-		late = append(late, f)
+	if !r.recordsItsCommit(committed.Step(a.Step)) {
+		if f, err := r.audit.Post(r.stepAudit(a, "step.verified", crev, "")); err != nil {
+			a.log.Warn("audit event not published", slog.Any("error", err))
+		} else {
+			late = append(late, f)
+		}
 	}
 	if committed.Status == kc.Running {
 		if next := committed.Next(a.Step); next != "" {
@@ -237,6 +241,16 @@ func (r *Runner) afterCommit(ctx context.Context, a *Attempt, committed *kc.Reco
 		r.cfg.Finishing(ctx, committed.RunID)
 	}
 	return ack
+}
+
+// recordsItsCommit says whether a commit's record alone is its timeline line: the commit of
+// a lease-free step that counted no outside effect. Its verified step (finished_at, token)
+// says all its step.verified would (cairn timeline reads it from the record), so such a
+// transition pays one synced write, the checkpoint's, and not a second for CAIRN_AUDIT. A
+// leased step, or one that changed something outside, keeps its event beside its start
+// and its effects on the timeline.
+func (r *Runner) recordsItsCommit(s *kc.Step) bool {
+	return !r.def.Leased && s.Effects == nil && s.Token != nil && s.FinishedAt != nil
 }
 
 func (r *Runner) stamp() string { return r.cfg.Now().UTC().Format(time.RFC3339Nano) }
