@@ -251,6 +251,7 @@ func runVerb(ctx context.Context, fs *flag.FlagSet, args []string, spec verbSpec
 	where := fs.String("where", "", "act on every run matching QUERY: comma-separated key=value with keys status, step (the current step), warehouse, date")
 	yes := fs.Bool("yes", false, "with --where: do not ask for confirmation")
 	wait := fs.Bool("wait", false, "follow the run until it is done; exit 3 when it is handed over")
+	only := fs.String("pipeline", "", "the runs' pipeline (default: the reference night)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -271,7 +272,7 @@ func runVerb(ctx context.Context, fs *flag.FlagSet, args []string, spec verbSpec
 			return fmt.Errorf("%w: --where: %v", errUsage, err)
 		}
 	}
-	s, err := newSender(ctx)
+	s, err := newSender(ctx, *only)
 	if err != nil {
 		return err
 	}
@@ -377,20 +378,22 @@ type sender struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	store *kc.Store
+	space assets.Space                            // the pipeline's: its command and refusal subjects
 	sign  func(*kc.Record, *events.Command) error // signs a command for the record it acts on; may be nil
 }
 
-func newSender(ctx context.Context) (*sender, error) {
+// newSender sends commands to the runs of pipeline name (the reference night's when "").
+func newSender(ctx context.Context, name string) (*sender, error) {
 	_, nc, js, err := connect("cli")
 	if err != nil {
 		return nil, err
 	}
-	store, err := openRuns(ctx, js)
+	p, err := openOne(ctx, js, name)
 	if err != nil {
 		nc.Close()
 		return nil, err
 	}
-	return &sender{nc: nc, js: js, store: store}, nil
+	return &sender{nc: nc, js: js, store: p.store, space: p.space}, nil
 }
 
 func (s *sender) close() { s.nc.Close() }
@@ -442,12 +445,12 @@ func (s *sender) send(ctx context.Context, runID string, spec verbSpec, c events
 	if err != nil {
 		return err
 	}
-	m, err := events.Encode(events.RunSubject(runID, spec.verb), e)
+	m, err := events.Encode(s.space.Run(runID, spec.verb), e)
 	if err != nil {
 		return err
 	}
 	rejected := make(chan *nats.Msg, 16)
-	sub, err := s.nc.ChanSubscribe(events.RejectedSubject, rejected)
+	sub, err := s.nc.ChanSubscribe(s.space.Rejected(), rejected)
 	if err != nil {
 		return err
 	}

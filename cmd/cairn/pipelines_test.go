@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,6 +95,15 @@ func TestInitAndRunsOfRegisteredPipelines(t *testing.T) {
 		if err := cmd(ctx, []string{"r-1"}); err == nil {
 			t.Error("status/timeline r-1 found copy's run among the night's")
 		}
+	}
+
+	// A command finds the run in its pipeline's space: cancel refuses copy's r-1 because it
+	// is done, and the night has no r-1.
+	if err := cmdCancel(ctx, []string{"--pipeline", "copy", "r-1"}); err == nil || strings.Contains(err.Error(), "no run") {
+		t.Errorf("cancel --pipeline copy r-1: %v, want a refusal of a done run", err)
+	}
+	if err := cmdCancel(ctx, []string{"r-1"}); err == nil || !strings.Contains(err.Error(), `no run "r-1"`) {
+		t.Errorf("cancel r-1 (the night's): %v, want no such run", err)
 	}
 
 	// cairn permissions prints the pipeline's own allow lists (pkg/app's

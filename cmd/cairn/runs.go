@@ -75,7 +75,7 @@ func cmdStart(ctx context.Context, args []string) error {
 	if err := night.CheckInput(cmd.Params); err != nil {
 		return fmt.Errorf("%w: start: %v", errUsage, err)
 	}
-	s, err := newSender(ctx)
+	s, err := newSender(ctx, "")
 	if err != nil {
 		return err
 	}
