@@ -43,6 +43,7 @@ var forgedInvariants = []forgedInvariant{
 // the supervisor keeps running, the night is started and finishes as the truth says, and
 // each forged run is handed over by a note alone, its entry kept as it was written.
 func TestUntrustedInvariants(t *testing.T) {
+	t.Parallel()
 	takeNightSlot(t)
 	d := newDeployNight(t)
 	d.services(allBut("supervisor")...)
