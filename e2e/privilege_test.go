@@ -120,7 +120,9 @@ func newDeployNight(t *testing.T) *deployNight {
 	if out, err := d.cli(ctx, "init"); err != nil {
 		t.Fatalf("cairn init as admin: %v\n%s", err, out)
 	}
-	h.nc, err = nats.Connect(n.url, nats.RootCAs(ca), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	// A generous connect timeout: the server is race-built, in this process, and checks a
+	// bcrypt password over TLS beside other tests' nights.
+	h.nc, err = nats.Connect(n.url, nats.RootCAs(ca), nats.Timeout(30*time.Second), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +315,7 @@ func (d *deployNight) waitRun(what string, ok func(*kc.Record) bool) {
 // stream, a bucket or a durable consumer, and a client without a user is refused.
 func TestPrivilege(t *testing.T) {
 	t.Parallel()
-	takeNightSlot(t)
+	takeDeployNightSlot(t)
 	d := newDeployNight(t)
 	d.services(allBut("post-ledger")...)
 	a := d.svcAs("post-ledger", "CAIRN_FAULTS="+stallAt24)

@@ -49,6 +49,20 @@ func takeNightSlot(t *testing.T) {
 	takeSlot(t, false)
 }
 
+// deploySlot lets one deploy night (newDeployNight) run at a time: its nats-server runs in
+// the test process, race-built, checking bcrypt passwords over TLS for a dozen services
+// starting at once, and two such servers starve each other's clients on two cores.
+var deploySlot = make(chan struct{}, 1)
+
+// takeDeployNightSlot takes the deploy slot, then a night slot: a test waiting for the one
+// holds no other.
+func takeDeployNightSlot(t *testing.T) {
+	t.Helper()
+	deploySlot <- struct{}{}
+	t.Cleanup(func() { <-deploySlot })
+	takeSlot(t, false)
+}
+
 // takeNightSlotFirst is takeNightSlot for a test far longer than the others: it has the
 // next free slot before every test queued by takeNightSlot, so that it does not start
 // last and run on alone after the others.

@@ -44,7 +44,7 @@ var forgedInvariants = []forgedInvariant{
 // each forged run is handed over by a note alone, its entry kept as it was written.
 func TestUntrustedInvariants(t *testing.T) {
 	t.Parallel()
-	takeNightSlot(t)
+	takeDeployNightSlot(t)
 	d := newDeployNight(t)
 	d.services(allBut("supervisor")...)
 	sup := d.svcAs("supervisor")

@@ -37,7 +37,7 @@ import (
 //     on the run's timeline too.
 func TestUntrustedSagaAndOutboxSigned(t *testing.T) {
 	t.Parallel()
-	takeNightSlot(t)
+	takeDeployNightSlot(t)
 	r := startRelay(t)
 	d := newDeployNight(t)
 	d.services(allBut("outbox-sender")...)

@@ -76,7 +76,7 @@ func signedApprove(t *testing.T, rec *kc.Record, name, seedFile string) string {
 //     run is handed over by its note alone and the record stays as it was forged.
 func TestUntrustedSignedRecordsAndIntents(t *testing.T) {
 	t.Parallel()
-	takeNightSlot(t)
+	takeDeployNightSlot(t)
 	d := newDeployNight(t)
 	d.services(allBut()...)
 	d.startRun()

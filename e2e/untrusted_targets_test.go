@@ -33,7 +33,7 @@ import (
 //     its own: nothing is called, nothing is mailed, both are marked refused.
 func TestUntrustedTargets(t *testing.T) {
 	t.Parallel()
-	takeNightSlot(t)
+	takeDeployNightSlot(t)
 	var adminCalls atomic.Int64
 	// The configured webhook: the forged run's handover notice goes there.
 	hook := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))

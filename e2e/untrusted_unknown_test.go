@@ -29,7 +29,7 @@ const unknownLimit = 2 * time.Minute
 func TestUntrustedUnknownSubjects(t *testing.T) {
 	t.Parallel()
 	bin := natsCLI(t)
-	takeNightSlot(t)
+	takeDeployNightSlot(t)
 	d := newDeployNight(t)
 	d.cliEnv = append(d.cliEnv, "NATS_CA="+d.ca) // the CLI's --tlsca: the deploy server speaks TLS only
 	d.services(allBut()...)
