@@ -25,9 +25,11 @@ demo-enrich:
 	$(GO) build -o bin/enrich ./examples/enrich/cmd/enrich
 	./bin/enrich demo
 
-# Unit and end-to-end tests, under the race detector. The e2e package is the long pole (about
-# 14 minutes on a fresh 2-core machine, its race-built binaries included); the timeout leaves it
-# room on a busier one.
+# Unit and end-to-end tests, under the race detector. The e2e package is the long pole: it
+# builds its one race binary once, then runs its tests in parallel, three nights at a time
+# beside the tests that mostly wait (e2e/harness_test.go, TestMain). It is bound by CPU:
+# `time go test -race -count=1 ./e2e` counts about 920 s of it (user and system), so even
+# alone on two cores it needs nearly 8 minutes; the timeout leaves it room on a busier machine.
 test: vet
 	$(GO) test -race -count=1 -timeout 25m ./...
 	$(MAKE) fuzz

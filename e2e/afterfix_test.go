@@ -20,6 +20,8 @@ import (
 // rerun (generation 1) accepts the new source, reverses the ledger entry the correction
 // removed, and the books, stock and mail show the corrected night.
 func TestResumeAfterFixOfACorrectedInvoice(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	fix := n.pickCorrection()
 	keys := n.sortedLedgerKeys()

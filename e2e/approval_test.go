@@ -32,6 +32,8 @@ func (n *night) waitingForApproval() *kc.Record {
 // Approval: the run waits, survives a restart of every service while waiting, and finishes
 // after a plain `nats pub cairn.runs.RUN.approve ”`.
 func TestApprovalByNatsPub(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	n.start(approvalEnv)
 	n.startRun()
@@ -65,6 +67,8 @@ func TestApprovalByNatsPub(t *testing.T) {
 
 // A reject undoes the run: its books are reversed and nothing was mailed.
 func TestApprovalRejectUndoes(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	n.start(approvalEnv)
 	n.startRun()

@@ -12,8 +12,9 @@ import (
 // the references, crashes and restarts the others, and reports zero differences (the whole sampled set runs in TestCrashMatrix and
 // by hand with `cairn chaos`).
 func TestChaosCommand(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
-	quickExit(t)
 	out, code := n.cli("chaos", "--dir", n.dir+"/chaos", "--json", "--points",
 		"post-ledger.before-write.24=exit@once,update-stock.after-commit=exit@once,supervisor.after-record=exit@once,undo.after-write.51=exit@once")
 	var results []chaos.Result

@@ -15,8 +15,9 @@ import (
 // The operator's everyday commands: gen, start --wait (following the run through a wait for
 // approval), approve, and cancel.
 func TestCLIGenStartApproveCancel(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
-	quickExit(t)
 	other := t.TempDir()
 	out, code := n.cli("gen", "--warehouse", "pnq", "--date", "2026-10-14", "--invoices", "20", "--mismatches", "3", "--seed", "2", "--out", other)
 	if code != 0 || !strings.Contains(out, "generated 20 invoices") {
@@ -70,8 +71,9 @@ func TestCLIGenStartApproveCancel(t *testing.T) {
 // cairn demo: the reference night with a real crash at ledger entry 24, resumed, every
 // figure equal to the ground truth.
 func TestDemo(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
-	quickExit(t)
 	out, code := n.cli("demo", "--dir", filepath.Join(n.dir, "demo"))
 	if code != 0 || strings.Contains(out, "DIFFERS") || !strings.Contains(out, "the process died at entry 24 of post-ledger") ||
 		!strings.Contains(out, "ledger rows                              40                     40             ok") {

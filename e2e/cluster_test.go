@@ -224,14 +224,23 @@ func newClusterNight(t *testing.T) (*procsNight, *cluster) {
 	c := newCluster(t, h.ports)
 	n.url = c.url()
 	t.Cleanup(h.cleanup) // runs before the cluster's own cleanup: the services stop first
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, cairnBin, "init")
-	cmd.Env = h.env("CAIRN_REPLICAS=3")
-	if out, err := cmd.CombinedOutput(); err != nil {
+	// cairn init creates every stream and bucket with three replicas, each a request its
+	// client gives a few seconds; the three race-built nodes live in the test process, and
+	// when every parallel test starts at once (see TestMain) a creation can take longer. So
+	// it runs again, as an operator would (it creates what is missing), until it succeeds
+	// within the limit.
+	var out []byte
+	var err error
+	if !poll(2*time.Minute, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, cairnBin, "init")
+		cmd.Env = h.env("CAIRN_REPLICAS=3")
+		out, err = cmd.CombinedOutput()
+		return err == nil
+	}) {
 		t.Fatalf("cairn init: %v\n%s", err, out)
 	}
-	var err error
 	h.nc, err = nats.Connect(n.url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,8 @@ import (
 // to four runs at a time (CAIRN_STEP_CONCURRENCY): every night equals its own ground truth,
 // and no row or mail of one run is written twice or under another run.
 func TestConcurrentNights(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	truths := map[string]recon.Truth{runID: n.truth}
 	for i := range 3 {

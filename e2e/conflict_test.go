@@ -30,6 +30,8 @@ import (
 // another amount makes the write fail with an error naming both; the run is handed over,
 // never silently skipped, and the row is left as it was.
 func TestSameKeyDifferentPayloadHandsOver(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	ctx := context.Background()
 	db, err := books.Open(ctx, "sqlite:"+filepath.Join(n.dir, "ledger.db"))
@@ -97,6 +99,7 @@ func TestSameKeyDifferentPayloadHandsOver(t *testing.T) {
 // naming the key and the digests of both texts, the outbox holds only the first text, and
 // the supplier got that one, once.
 func TestChangedDebitNoteAfterCrashHandsOver(t *testing.T) {
+	t.Parallel()
 	takeNightSlot(t)
 	n := newLoggedNight(t)
 	n.crash(job.DebitNotes + ".after-write.1=exit@once")

@@ -45,6 +45,7 @@ func TestDriftOnResume(t *testing.T) {
 // A crash right after compare's commit, before post-ledger takes its lease; a document
 // changes; the restarted process hands the run over before post-ledger writes anything.
 func TestDriftAfterCrashBetweenSteps(t *testing.T) {
+	t.Parallel()
 	for _, fault := range []string{"compare.after-commit=exit@once", "compare.before-next-publish=exit@once"} {
 		t.Run(fault, func(t *testing.T) {
 			t.Parallel()

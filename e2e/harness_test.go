@@ -46,29 +46,63 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	code := run(m, dir)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// run builds the binary into dir, moves to a working folder under dir and runs the tests.
+func run(m *testing.M, dir string) int {
 	// One race build, of the cairn binary, which runs every service too (`cairn service
-	// NAME`, procs_test.go): linking one binary instead of thirteen.
+	// NAME`, procs_test.go): linking one binary instead of thirteen, once per test binary.
 	cairnBin = filepath.Join(dir, "cairn")
 	// The binary names its code version as the Makefile's build does (-ldflags -X).
 	out, err := exec.Command("go", "build", "-race", "-ldflags", "-X github.com/cairnhq/cairn/internal/service.version="+codeVersion,
-		"-o", cairnBin, "../cmd/cairn").CombinedOutput()
+		"-o", cairnBin, absPath("..", "cmd", "cairn")).CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "building cairn and the services: %v\n%s", err, out)
-		os.Exit(1)
+		return 1
 	}
-	// The tests marked parallel spend most of their time waiting (a step stalled for a
-	// minute, a relay down, a stop's grace) while their nights idle; the ones that keep the
-	// machine busy take a night slot (takeNightSlot, two at once), and a test waiting for a
-	// slot holds a parallel one. So many more may run at once than the two cores the default
-	// allows, unless -test.parallel says otherwise: every waiting test runs beside the crash
-	// matrix instead of after it.
+	// The deploy configuration's certificate paths are relative to the working directory
+	// (deploy/nats/single.conf: run it from that folder). The tests work from a folder whose
+	// tls/ is deploy/nats/tls, set here once, so that no test changes the working directory
+	// (t.Chdir, which a parallel test may not) and every path the tests name is absolute
+	// (absPath); a child process that would write under its working directory writes here.
+	wd := filepath.Join(dir, "wd")
+	if err := os.Mkdir(wd, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := os.Symlink(filepath.Join(deployDir, "nats", "tls"), filepath.Join(wd, "tls")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := os.Chdir(wd); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// Every test but TestUpgradeCapture runs in parallel. The ones that keep the machine
+	// busy (a night, a crash, a restart) take a night slot (takeNightSlot, nightSlots at
+	// once); the ones that spend most of their time waiting (a step stalled for a minute, a
+	// relay down, a stop's grace, an election) take none and run beside them. A test
+	// waiting for a slot holds a parallel one, so every test may run at once unless
+	// -test.parallel says otherwise: the waiting tests start at once instead of behind the
+	// nights.
 	flag.Parse()
 	if !flagSet("test.parallel") {
-		_ = flag.Set("test.parallel", "16")
+		_ = flag.Set("test.parallel", "128")
 	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	return m.Run()
+}
+
+// absPath is the path made of elem, relative to the package's folder (where go test starts
+// the test binary), made absolute: TestMain leaves that folder.
+func absPath(elem ...string) string {
+	p, err := filepath.Abs(filepath.Join(elem...))
+	if err != nil {
+		panic(err)
+	}
+	return p
 }
 
 // flagSet reports whether the command line set the flag name.
@@ -94,6 +128,10 @@ type night struct {
 	logs  int
 	js    jetstream.JetStream
 	env   []string // every process of the night gets it (overHTTP: CAIRN_LEDGER_URL)
+	// cliEnv is what the night's commands (cairn's: cli, cliCombined; the NATS CLI's:
+	// natsRun, natsInTerminal) get besides: what a test would otherwise set for the whole
+	// test binary (t.Setenv), which a parallel test may not.
+	cliEnv []string
 }
 
 func newNight(t *testing.T, unreadable int) *night {

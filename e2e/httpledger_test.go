@@ -72,6 +72,8 @@ func (n *night) receipts() map[string]saga.Receipt {
 // receipt on the saga; then an undo for one supplier reverses exactly its entries
 // through the API, and a second undo reverses nothing.
 func TestHTTPLedgerNightAndUndo(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newLoggedNight(t)
 	n.overHTTP()
 	n.start()
@@ -126,6 +128,8 @@ func TestHTTPLedgerCrashMatrix(t *testing.T) {
 // while the run was down: the restarted run's write of it is refused with 422, and the
 // run is handed over naming the key, the row left as it was.
 func TestHTTPLedgerChangedPayloadHandsOver(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newLoggedNight(t)
 	api := n.overHTTP()
 	fault := job.PostLedger + "." + faults.BeforeWrite + ".24=exit@once"
@@ -230,6 +234,8 @@ func TestHTTPLedgerDownForAMinute(t *testing.T) {
 // refused by the ledger API's fence, 409, unless its heartbeat finds the lease gone first):
 // counted as fenced, and the ledger is the ground truth's.
 func TestHTTPLedgerZombie(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	h := newProcsNight(t)
 	h.overHTTP()
 	h.zombie()

@@ -167,6 +167,8 @@ func checkLedger(t *testing.T, db *sql.DB, entries []books.Entry) {
 // ledger_entries, once each; the answers are replayed after the process is killed and
 // started again on the same file; a GET reads them back; a wrong reversal is 422.
 func TestLedgerAPIProcess(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	dir := t.TempDir()
 	dsn := "sqlite:" + filepath.Join(dir, "ledger.db")
 	addr, err := freeAddr()
@@ -234,6 +236,8 @@ func TestLedgerAPIProcess(t *testing.T) {
 // A CAIRN_LEDGER_API_ADDR that is not HOST:PORT, or that another process holds, stops
 // the service at start with exit 2, naming the variable, and it is never ready.
 func TestLedgerAPIBadAddr(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	held, err := freeAddr()
 	if err != nil {
 		t.Fatal(err)
@@ -267,6 +271,8 @@ func TestLedgerAPIBadAddr(t *testing.T) {
 // tables (as `cairn init --tables` does) and the grants were applied: the entries land,
 // once each, and the role may do nothing else to the ledger.
 func TestLedgerAPIPostgresRole(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	ownerDSN, owner := pgDatabase(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -279,7 +285,7 @@ func TestLedgerAPIPostgresRole(t *testing.T) {
 	}
 	db.Close()
 	for _, f := range []string{"roles.sql", "ledger.sql"} {
-		b, err := os.ReadFile(filepath.Join("..", "deploy", "postgres", "roles", f))
+		b, err := os.ReadFile(filepath.Join(deployDir, "postgres", "roles", f))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,6 +20,8 @@ var invoiceNoLine = regexp.MustCompile(`(?m)^Invoice No: (\S+)`)
 // limited, sometimes fails, once too slow, and answers garbage about one invoice: the night
 // finishes, the garbage invoice is parked, and the checkpoint records the model and prompt.
 func TestNightWithAModelEndpoint(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	withAdjustments := map[string]bool{}
 	for _, a := range n.truth.Adjustments {

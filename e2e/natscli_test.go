@@ -61,7 +61,7 @@ func (n *night) natsRun(bin string, args ...string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, append([]string{"--server", n.url}, args...)...)
-	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+n.t.TempDir())
+	cmd.Env = append(append(os.Environ(), "XDG_CONFIG_HOME="+n.t.TempDir()), n.cliEnv...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
@@ -81,7 +81,7 @@ func (n *night) natsInTerminal(bin string, limit time.Duration, args ...string) 
 	}
 	defer ptmx.Close()
 	cmd := exec.Command(bin, append([]string{"--server", n.url}, args...)...)
-	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+n.t.TempDir(), "TERM=dumb")
+	cmd.Env = append(append(os.Environ(), "XDG_CONFIG_HOME="+n.t.TempDir(), "TERM=dumb"), n.cliEnv...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	err = cmd.Start()
@@ -193,8 +193,9 @@ func seqRequests(rec *kc.Record) []string {
 // An operator with nothing but the NATS CLI starts a run, reads its checkpoint and its
 // timeline, and sees refused input with its reason.
 func TestNatsCLIStartAndInspect(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	bin := natsCLI(t)
-	quickExit(t)
 	n := newNight(t, 0)
 	n.start()
 	rejected := n.rejections()
@@ -295,8 +296,9 @@ func TestNatsCLIStartAndInspect(t *testing.T) {
 
 // A run handed over by an error of unknown class is resumed with a plain `nats pub`.
 func TestNatsCLIResume(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	bin := natsCLI(t)
-	quickExit(t)
 	n := newNight(t, 0)
 	fault := "update-stock.before-write.5=error:unknown@once"
 	n.start("CAIRN_FAULTS=" + fault)
@@ -320,8 +322,9 @@ func TestNatsCLIResume(t *testing.T) {
 // A run stalled in post-ledger is cancelled with a plain `nats pub`: the cancel takes effect
 // at once in the record, and the stalled attempt writes nothing more.
 func TestNatsCLICancel(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	bin := natsCLI(t)
-	quickExit(t)
 	n := newNight(t, 0)
 	// The stall holds until the process stops; a short grace makes the test's stop quick.
 	n.start("CAIRN_FAULTS=post-ledger.before-write.3=stall", "CAIRN_STOP_GRACE=1s")
@@ -352,8 +355,9 @@ func TestNatsCLICancel(t *testing.T) {
 // A run waiting for approval is approved by a plain nats pub of an approve command signed
 // by a registered approver.
 func TestNatsCLIApprove(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	bin := natsCLI(t)
-	quickExit(t)
 	n := newNight(t, 0)
 	n.start(approvalEnv)
 	n.startRun()

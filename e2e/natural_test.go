@@ -23,6 +23,8 @@ import (
 // the stock store keep exactly the night's rows. The same start of the run itself is still
 // one run.
 func TestTheSameNightTwiceDoesNothing(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	n.start()
 	n.startRun()
@@ -65,7 +67,7 @@ func TestTheSameNightTwiceDoesNothing(t *testing.T) {
 func (n *night) cliCombined(args ...string) (string, int) {
 	n.t.Helper()
 	cmd := exec.Command(cairnBin, args...)
-	cmd.Env = append(os.Environ(), "CAIRN_NATS_URL="+n.url, "CAIRN_DATA_DIR="+n.dir)
+	cmd.Env = append(append(os.Environ(), "CAIRN_NATS_URL="+n.url, "CAIRN_DATA_DIR="+n.dir), n.cliEnv...)
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {

@@ -66,6 +66,8 @@ func (n *night) assertNight(rec *kc.Record, restarts int) {
 }
 
 func TestNightUninterrupted(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	addr, err := freeAddr()
 	if err != nil {
@@ -106,6 +108,8 @@ func TestNightUninterrupted(t *testing.T) {
 
 // The crash that started it: the process dies at entry 24 of post-ledger and starts again.
 func TestCrashAtLedgerEntry24(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	fault := "post-ledger.before-write.24=exit@once"
 	n.crash(fault)
@@ -120,6 +124,8 @@ func TestCrashAtLedgerEntry24(t *testing.T) {
 
 // A crash in the middle of extract: the restart asks only about the invoices not answered.
 func TestCrashInExtract(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	fault := "extract.before-write.150=exit@once"
 	n.crash(fault)
@@ -132,6 +138,8 @@ func TestCrashInExtract(t *testing.T) {
 }
 
 func TestUnreadableInvoicesParked(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 2)
 	n.start()
 	n.startRun()
@@ -150,6 +158,8 @@ func TestUnreadableInvoicesParked(t *testing.T) {
 }
 
 func TestMalformedStartsRejected(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	n.start()
 	n.publish(events.RunStartSubject, `this is not json`)

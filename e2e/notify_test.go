@@ -20,6 +20,8 @@ import (
 // CAIRN_NOTIFY_WEBHOOK, signed with CAIRN_NOTIFY_SECRET; the resume and the rest of the night
 // notify nobody again.
 func TestHandoverNotifiesOnce(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	var mu sync.Mutex
 	type call struct {
 		sigOK bool

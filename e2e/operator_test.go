@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -79,7 +78,8 @@ func (n *night) runsJSON(flags ...string) []runLine {
 // started twice with its lease reassigned in between, and a record that cannot be trusted
 // is listed as such, never left out.
 func TestOperatorRunsAndTimeline(t *testing.T) {
-	quickExit(t)
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	fault := "post-ledger.before-write.24=exit@once"
 	n.crash(fault)
@@ -208,13 +208,6 @@ func TestOperatorRunsAndTimeline(t *testing.T) {
 	if rows := n.runsJSON("--status", "untrusted"); len(rows) != 2 {
 		t.Errorf("--status untrusted: %+v, want the two", rows)
 	}
-}
-
-// quickExit drops the race detector's pause at the exit of every race-built binary the test
-// runs (GORACE atexit_sleep_ms, one second by default): a dozen CLI calls would otherwise
-// cost a dozen seconds of sleep.
-func quickExit(t *testing.T) {
-	t.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 }
 
 // timeline runs `cairn timeline RUN --json` and decodes it.

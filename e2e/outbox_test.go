@@ -216,6 +216,8 @@ func TestOutboxStallHandsOverThenResumeSendsEachOnce(t *testing.T) {
 // and the error, while every other message goes; after the fix, cairn resume sends it once
 // and the run is done.
 func TestRefusedMailHandsOverThenResumeSendsItOnce(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	r := startRelay(t)
 	n := newNight(t, 0)
 	refused := runID + ":debit:" + n.truth.DebitNotes[0].SupplierID
@@ -243,6 +245,8 @@ func TestRefusedMailHandsOverThenResumeSendsItOnce(t *testing.T) {
 
 // The notice of a run whose record is corrupt is delivered: it is the run a person must look at.
 func TestHandoverNoticeOfACorruptRecordIsDelivered(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	n.start("CAIRN_NOTIFY_EMAIL=ops@cairn.local")
 	ctx := context.Background()

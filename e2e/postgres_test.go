@@ -48,6 +48,8 @@ func ledgerRows(t *testing.T, db *sql.DB) int {
 }
 
 func TestPostgresNight(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	dsn, ledger := pgDatabase(t)
 	n := newNight(t, 0)
 	n.start("CAIRN_LEDGER_DSN=" + dsn)
@@ -60,6 +62,8 @@ func TestPostgresNight(t *testing.T) {
 // as the SQLite night's), the night reads its purchase orders, receipts and stock levels
 // from it and writes the stock store there, and `cairn diff` reads the run back.
 func TestPostgresNightWithERP(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	ledgerDSN, ledger := pgDatabase(t)
 	erpDSN, erp := pgDatabase(t)
 	n := newNight(t, 0)
@@ -70,10 +74,10 @@ func TestPostgresNightWithERP(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	quickExit(t)
 	// cairn gen, cairn dev and cairn diff all read the environment.
-	t.Setenv("CAIRN_LEDGER_DSN", ledgerDSN)
-	t.Setenv("CAIRN_ERP_DSN", erpDSN)
+	pg := []string{"CAIRN_LEDGER_DSN=" + ledgerDSN, "CAIRN_ERP_DSN=" + erpDSN}
+	n.env = append(n.env, pg...)
+	n.cliEnv = append(n.cliEnv, pg...)
 	out, code := n.cli("gen", "--warehouse", warehouse, "--date", date, "--invoices", "312", "--mismatches", "40", "--seed", "1")
 	if code != 0 || !strings.Contains(out, "generated 312 invoices") {
 		t.Fatalf("cairn gen with the ERP on PostgreSQL (exit %d):\n%s", code, out)
@@ -105,6 +109,8 @@ func TestPostgresNightWithERP(t *testing.T) {
 // The crash that started it, with the ledger on PostgreSQL: the process dies at entry 24
 // of post-ledger, starts again, and the ledger ends with every entry once.
 func TestPostgresCrashAtLedgerEntry24(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	dsn, ledger := pgDatabase(t)
 	n := newNight(t, 0)
 	fault := "post-ledger.before-write.24=exit@once"

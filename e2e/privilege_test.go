@@ -29,8 +29,8 @@ import (
 	"github.com/cairnhq/cairn/pkg/ratelimit"
 )
 
-// deployDir is the repository's deploy/ folder, seen from this package.
-const deployDir = "../deploy"
+// deployDir is the repository's deploy/ folder (absolute: see TestMain).
+var deployDir = absPath("..", "deploy")
 
 // violations collects what a nats-server logs about refused publishes and subscriptions.
 type violations struct {
@@ -120,7 +120,9 @@ func newDeployNight(t *testing.T) *deployNight {
 	if out, err := d.cli(ctx, "init"); err != nil {
 		t.Fatalf("cairn init as admin: %v\n%s", err, out)
 	}
-	h.nc, err = nats.Connect(n.url, nats.RootCAs(ca), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	// A generous connect timeout: the server is race-built, in this process, and checks a
+	// bcrypt password over TLS beside other tests' nights.
+	h.nc, err = nats.Connect(n.url, nats.RootCAs(ca), nats.Timeout(30*time.Second), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,15 +136,23 @@ func newDeployNight(t *testing.T) *deployNight {
 // monitoring port (off) and the logger, which collects the permission violations.
 func (d *deployNight) startServer(t *testing.T) *server.Server {
 	t.Helper()
-	// The configuration's certificate paths are relative to the working directory.
-	t.Chdir(filepath.Join(deployDir, "nats"))
-	opts, err := server.ProcessConfigFile("single.conf")
+	// The configuration's certificate paths are relative to the working directory, which
+	// TestMain made one whose tls/ is deploy/nats/tls: so no test changes it (t.Chdir), and
+	// any number of these servers start at once.
+	opts, err := server.ProcessConfigFile(filepath.Join(deployDir, "nats", "single.conf"))
 	if err != nil {
 		t.Fatalf("deploy/nats/single.conf: %v", err)
 	}
 	opts.Host, opts.Port, opts.StoreDir = "127.0.0.1", d.port, d.store
 	opts.HTTPHost, opts.HTTPPort = "", 0
 	opts.NoSigs = true
+	// The server's first PING to a client goes out 2 s after it connected unless this is
+	// set; a client still waiting for the PONG to its CONNECT then fails ("expected 'PONG',
+	// got 'PING'"). Here the server is race-built, in the test process, and checks bcrypt
+	// passwords for every service starting at once beside other tests' nights: on a busy
+	// 2-core machine that CONNECT can take longer. The first PING then goes at the ping
+	// interval, as every later one does.
+	opts.DisableShortFirstPing = true
 	s, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatalf("nats-server from deploy/nats/single.conf: %v", err)
@@ -304,6 +314,8 @@ func (d *deployNight) waitRun(what string, ok func(*kc.Record) bool) {
 // Then the refusals: extract cannot schedule post-ledger, no service can delete or purge a
 // stream, a bucket or a durable consumer, and a client without a user is refused.
 func TestPrivilege(t *testing.T) {
+	t.Parallel()
+	takeDeployNightSlot(t)
 	d := newDeployNight(t)
 	d.services(allBut("post-ledger")...)
 	a := d.svcAs("post-ledger", "CAIRN_FAULTS="+stallAt24)

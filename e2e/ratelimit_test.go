@@ -91,6 +91,8 @@ func mostWithinASecond(calls []modelCall) int {
 // each process alone could send 4 a second; each process was granted some of them, as its
 // metrics say, and together all of them.
 func TestModelRateSharedByTwoExtracts(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	const rps, invoices = 4, 16
 	h := newProcsNight(t)
 	ctx := context.Background()

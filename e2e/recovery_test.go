@@ -33,14 +33,75 @@ import (
 	"github.com/cairnhq/cairn/pkg/supervisor"
 )
 
-// nightSlots bounds the nights this file runs at once: each is a race-built process with
-// its own nats-server, and a 2-core machine runs two of them well.
-var nightSlots = make(chan struct{}, 2)
+// nightSlots bounds the busy tests that run at once (see TestMain): each runs race-built
+// processes with their own nats-server, which spend part of their time waiting on fsync
+// (the servers sync every write) and the clock (heartbeats), so a 2-core machine runs
+// three of them well beside the waiting tests. A test that waits for a slot queues: first
+// the long ones (takeNightSlotFirst), then the others in turn.
+var nightSlots = struct {
+	sync.Mutex
+	free        int
+	first, rest []chan struct{}
+}{free: 3}
 
 func takeNightSlot(t *testing.T) {
 	t.Helper()
-	nightSlots <- struct{}{}
-	t.Cleanup(func() { <-nightSlots })
+	takeSlot(t, false)
+}
+
+// deploySlot lets one deploy night (newDeployNight) run at a time: its nats-server runs in
+// the test process, race-built, checking bcrypt passwords over TLS for a dozen services
+// starting at once, and two such servers starve each other's clients on two cores.
+var deploySlot = make(chan struct{}, 1)
+
+// takeDeployNightSlot takes the deploy slot, then a night slot: a test waiting for the one
+// holds no other.
+func takeDeployNightSlot(t *testing.T) {
+	t.Helper()
+	deploySlot <- struct{}{}
+	t.Cleanup(func() { <-deploySlot })
+	takeSlot(t, false)
+}
+
+// takeNightSlotFirst is takeNightSlot for a test far longer than the others: it has the
+// next free slot before every test queued by takeNightSlot, so that it does not start
+// last and run on alone after the others.
+func takeNightSlotFirst(t *testing.T) {
+	t.Helper()
+	takeSlot(t, true)
+}
+
+func takeSlot(t *testing.T, first bool) {
+	t.Helper()
+	s := &nightSlots
+	s.Lock()
+	if s.free > 0 {
+		s.free--
+		s.Unlock()
+	} else {
+		c := make(chan struct{})
+		if first {
+			s.first = append(s.first, c)
+		} else {
+			s.rest = append(s.rest, c)
+		}
+		s.Unlock()
+		<-c
+	}
+	t.Cleanup(func() {
+		s.Lock()
+		defer s.Unlock()
+		switch {
+		case len(s.first) > 0:
+			close(s.first[0])
+			s.first = s.first[1:]
+		case len(s.rest) > 0:
+			close(s.rest[0])
+			s.rest = s.rest[1:]
+		default:
+			s.free++
+		}
+	})
 }
 
 // newLoggedNight is newNight whose dev logs are shown when the test fails (the night's
@@ -322,6 +383,7 @@ func TestCrashMatrix(t *testing.T) {
 // The full crash matrix: every boundary and every write of every writing step, before it,
 // after it, and with its reply lost. It runs behind `make e2e-full`.
 func TestCrashMatrixFull(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("CAIRN_E2E_FULL") != "1" {
 		t.Skip("the full crash matrix runs with CAIRN_E2E_FULL=1: make e2e-full")
 	}
@@ -337,6 +399,7 @@ func TestCrashMatrixFull(t *testing.T) {
 // A lost reply: write 24 lands and its reply is lost; the in-process retry posts it again
 // under the same key, and the store keeps one row.
 func TestLostReply(t *testing.T) {
+	t.Parallel()
 	for _, step := range []string{job.PostLedger, job.UpdateStock} {
 		t.Run(step, func(t *testing.T) {
 			t.Parallel()
@@ -522,6 +585,7 @@ func (n *night) waitNote(limit time.Duration) runner.HandoverNote {
 // The source changed between the crash and the restart: the run is handed over before it
 // writes anything more, and the note names the document.
 func TestChangedSource(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		change func(t *testing.T, dir string, truth recon.Truth) string // returns the invoice it touched

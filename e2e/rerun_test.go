@@ -18,6 +18,8 @@ import (
 // outputs are kept, every effect already made stands once (the keys make the repeated
 // writes harmless), and the checkpoint records the rerun as generation 1.
 func TestRerunFromPostLedger(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	n.start()
 	n.startRun()
@@ -52,6 +54,8 @@ func TestRerunFromPostLedger(t *testing.T) {
 // two runs have inputs of their own (the night, and its shadow run): a second run of the
 // same input would be refused at its start.
 func TestBulkResumeWhere(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	n.start("CAIRN_FAULTS=update-stock.before-write.5=error:unknown")
 	runs := []string{"run-a", "run-b"}
@@ -117,6 +121,8 @@ func (n *night) waitRunStatus(run string, status kc.Status) {
 // A fence of another epoch (the NATS storage was replaced while the ledger stayed) hands the
 // run over; after a person checked, cairn fences adopt moves it over and a resume finishes.
 func TestForeignEpochAdopted(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	db, err := books.Open(context.Background(), "sqlite:"+filepath.Join(n.dir, "ledger.db"))
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 func (n *night) cli(args ...string) (string, int) {
 	n.t.Helper()
 	cmd := exec.Command(cairnBin, args...)
-	cmd.Env = append(os.Environ(), "CAIRN_NATS_URL="+n.url, "CAIRN_DATA_DIR="+n.dir)
+	cmd.Env = append(append(os.Environ(), "CAIRN_NATS_URL="+n.url, "CAIRN_DATA_DIR="+n.dir), n.cliEnv...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -61,6 +61,8 @@ func (n *night) handoverNotes() []runner.HandoverNote {
 // note, with the 10 keys that stand read back from the ledger, is shown by `cairn handovers`
 // and `cairn status`; once the cause is gone, `cairn resume` finishes the night.
 func TestLoopGuardHandsOverAndResumeFinishes(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	n.start("CAIRN_FAULTS=post-ledger.lost-reply.10=error:temporary", "CAIRN_LOOP_GUARD=3")
 	n.startRun()
@@ -130,6 +132,8 @@ func TestLoopGuardHandsOverAndResumeFinishes(t *testing.T) {
 // An error of unknown class stops the run at once (no retry) and hands it over; a resume
 // finishes it.
 func TestUnknownErrorHandsOverAtOnce(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	fault := "update-stock.before-write.5=error:unknown@once"
 	n.start("CAIRN_FAULTS=" + fault)

@@ -36,6 +36,8 @@ func (h *procsNight) ledgerRows() int {
 
 // Every service once, each its own process: one uninterrupted night.
 func TestServicesNight(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	h := newProcsNight(t)
 	steps := allBut("outbox-sender", "supervisor", "compensator")
 	ps := h.svcs(steps)
@@ -52,6 +54,8 @@ func TestServicesNight(t *testing.T) {
 // post-ledger's process is killed in the middle of the step; another instance finishes it
 // once the supervisor has released the dead one's lease.
 func TestServicesKillPostLedger(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	h := newProcsNight(t)
 	others := allBut("post-ledger")
 	ps := h.svcs(others)
@@ -74,7 +78,11 @@ func TestServicesKillPostLedger(t *testing.T) {
 
 // A zombie: post-ledger's process is stopped (SIGSTOP) in the middle of the step, another
 // instance finishes the night, and the zombie, continued, is fenced and changes nothing.
-func TestServicesZombie(t *testing.T) { newProcsNight(t).zombie() }
+func TestServicesZombie(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
+	newProcsNight(t).zombie()
+}
 
 // zombie stops post-ledger's process in the middle of the step, lets another instance
 // finish the night, continues the zombie and checks that it was fenced and changed nothing.
@@ -104,6 +112,8 @@ func (h *procsNight) zombie() {
 
 // Two instances of every service, the supervisor and the outbox sender too.
 func TestServicesTwoOfEach(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	h := newProcsNight(t)
 	names := service.Services()
 	ps := h.svcs(append(names, names...))
@@ -144,6 +154,8 @@ func TestServicesServerRestart(t *testing.T) {
 // SIGTERM in the middle of a step: the process gives the step its grace, stops it, exits
 // 0, and another instance finishes the night.
 func TestServicesSigterm(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	h := newProcsNight(t)
 	h.svcs(allBut("post-ledger"))
 	a := h.svc("post-ledger", "CAIRN_FAULTS="+stallAt24, "CAIRN_STOP_GRACE=1s")

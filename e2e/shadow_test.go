@@ -15,6 +15,8 @@ import (
 // A shadow night writes nothing to the real tables or mail; a real night of the same data,
 // run after it, compares equal with it under cairn diff.
 func TestShadowNightThenRealNightDiffSame(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	n.start()
 	const shadowRun = "run-2026-10-13-ldh-shadow"

@@ -62,6 +62,8 @@ func smallNights() []smallNight {
 // and default run id, and ends done and equal to its ground truth: its ledger rows, its stock
 // adjustments and levels, its debit notes and report.
 func TestSmallNightsFinish(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	began := time.Now()
 	dir := t.TempDir()
 	nights := smallNights()

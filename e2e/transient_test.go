@@ -15,6 +15,8 @@ import (
 // failed attempt, no handover), and the night equals the ground truth, every ledger entry
 // once.
 func TestPostgresBackendTerminatedInPostLedger(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	dsn, ledger := pgDatabase(t)
 	n := newNight(t, 0)
 	metrics, err := freeAddr()

@@ -122,6 +122,8 @@ func (n *night) assertSupplierUndone(sup string, adjs []recon.TruthAdjustment) {
 // adjustments and its debit note (a withdrawal sent), newest first, and nothing of the
 // other suppliers; undoing again reverses nothing twice.
 func TestUndoOneSupplier(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	n.start()
 	n.startRun()
@@ -150,6 +152,8 @@ func TestUndoOneSupplier(t *testing.T) {
 // A crash in the middle of an undo, then a restart: the undo resumes from its cursor and
 // each reversal exists exactly once.
 func TestUndoCrashResumes(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	fault := "undo.before-write.3=exit@once"
 	n.start("CAIRN_FAULTS=" + fault)
@@ -193,6 +197,8 @@ func (n *night) mailByKey(key string) string {
 // Undo of a whole run: the ledger's net total for the run is zero, stock levels are back to
 // the night's before-levels, every message withdrawn, and the run undone.
 func TestUndoWholeRun(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	n.start()
 	n.startRun()

@@ -43,7 +43,8 @@ var forgedInvariants = []forgedInvariant{
 // the supervisor keeps running, the night is started and finishes as the truth says, and
 // each forged run is handed over by a note alone, its entry kept as it was written.
 func TestUntrustedInvariants(t *testing.T) {
-	takeNightSlot(t)
+	t.Parallel()
+	takeDeployNightSlot(t)
 	d := newDeployNight(t)
 	d.services(allBut("supervisor")...)
 	sup := d.svcAs("supervisor")

@@ -26,6 +26,8 @@ import (
 // panic again (before, the sweep republished it once its lease expired, for ever, and the
 // run stayed undoing).
 func TestUndoPanicHandsOver(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	n.start("CAIRN_FAULTS=undo.before-write.1=panic")
 	n.startRun()
@@ -77,6 +79,8 @@ func TestUndoPanicHandsOver(t *testing.T) {
 // taken out of the record, which names the panic and the note, so the supervisor's sweep
 // does not send the undo again to panic again; the run stays cancelled for a person.
 func TestUndoPanicWhileWaiting(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	stall := "post-ledger.before-write.10=stall:30s@once"
 	n.start("CAIRN_FAULTS="+stall+",undo.after-record=panic", "CAIRN_LEASE=90s", "CAIRN_ACK_WAIT=90s")
@@ -122,7 +126,8 @@ func (n *night) rejectionsOf(ctx context.Context, run string) []events.Rejected 
 // approval with no approval, written by admin): it reports the record damaged and why, and
 // exits 3, instead of following it for ever; cairn status says the same.
 func TestCLIWaitDamagedRecord(t *testing.T) {
-	quickExit(t)
+	t.Parallel()
+	takeNightSlot(t)
 	h := newProcsNight(t)
 	h.svc("supervisor") // no step runs: the run stays at its first step
 

@@ -36,6 +36,8 @@ import (
 //     effect, exactly, and none of the forged; each forgery is rejected naming its sequence,
 //     on the run's timeline too.
 func TestUntrustedSagaAndOutboxSigned(t *testing.T) {
+	t.Parallel()
+	takeDeployNightSlot(t)
 	r := startRelay(t)
 	d := newDeployNight(t)
 	d.services(allBut("outbox-sender")...)

@@ -28,6 +28,8 @@ import (
 // password PostgreSQL refuses, exits 2 (a wrong setting); one whose server cannot be
 // reached exits 1; the variable is named, the password shown nowhere.
 func TestServiceWithABadDSNIsNeverReady(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	const pw = "Tr0ub4dor-and-3"
 	h := newProcsNight(t)
 	refused, err := url.Parse(pgtest.DSN(t))
@@ -85,6 +87,8 @@ var serviceRoles = map[string][]string{
 // own database role (deploy/postgres/roles, as a deployment runs them): the night equals
 // the truth, and PostgreSQL itself refuses a role what it was not granted.
 func TestPostgresRolesNight(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	ledgerDSN, ledger := pgDatabase(t)
 	erpDSN, erp := pgDatabase(t)
 	h := newProcsNight(t)
@@ -155,7 +159,7 @@ func TestPostgresRolesNight(t *testing.T) {
 // owner), gives each role a password of this test and returns each "db:role"'s DSN.
 func grantRoles(t *testing.T, dsns map[string]string, dbs map[string]*sql.DB) map[string]string {
 	t.Helper()
-	dir := filepath.Join("..", "deploy", "postgres", "roles")
+	dir := filepath.Join(deployDir, "postgres", "roles")
 	run := func(db *sql.DB, file string) {
 		b, err := os.ReadFile(filepath.Join(dir, file))
 		if err != nil {

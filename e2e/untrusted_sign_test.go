@@ -75,6 +75,8 @@ func signedApprove(t *testing.T, rec *kc.Record, name, seedFile string) string {
 //     running again at compare, and compare's event is published: it is not acted on; the
 //     run is handed over by its note alone and the record stays as it was forged.
 func TestUntrustedSignedRecordsAndIntents(t *testing.T) {
+	t.Parallel()
+	takeDeployNightSlot(t)
 	d := newDeployNight(t)
 	d.services(allBut()...)
 	d.startRun()
@@ -188,6 +190,8 @@ func TestUntrustedSignedRecordsAndIntents(t *testing.T) {
 // An approve that names its approver but is not signed by that approver's registered key
 // is refused with its reason; the signed one (cairn approve --seed) names the approver.
 func TestUntrustedSignedApprove(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNight(t, 0)
 	n.start(approvalEnv)
 	n.startRun()

@@ -21,6 +21,8 @@ import (
 // SUP-99) and its answer not memoised; over the park limit the run is handed over; once the model is fixed, resume --after-fix asks the model again about
 // that invoice, and the night is filed as its truth says.
 func TestAModelAnswerAboutAnotherSupplierIsParkedAndAskedAgainAfterAFix(t *testing.T) {
+	t.Parallel()
+	takeNightSlot(t)
 	n := newNightOf(t, 8, 3, 0) // one parked of 8 is over the 10% park limit
 	target := n.truth.Adjustments[0].InvoiceNo
 	var fixed atomic.Bool

@@ -32,6 +32,8 @@ import (
 //   - report queues notices to an internal URL and from a forged sender to a recipient of
 //     its own: nothing is called, nothing is mailed, both are marked refused.
 func TestUntrustedTargets(t *testing.T) {
+	t.Parallel()
+	takeDeployNightSlot(t)
 	var adminCalls atomic.Int64
 	// The configured webhook: the forged run's handover notice goes there.
 	hook := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))

@@ -27,10 +27,11 @@ const unknownLimit = 2 * time.Minute
 // removed from their work queue, by the supervisor under its own user (the server refuses
 // it nothing); the night finishes as the truth says.
 func TestUntrustedUnknownSubjects(t *testing.T) {
+	t.Parallel()
 	bin := natsCLI(t)
-	takeNightSlot(t)
+	takeDeployNightSlot(t)
 	d := newDeployNight(t)
-	t.Setenv("NATS_CA", d.ca) // the CLI's --tlsca: the deploy server speaks TLS only
+	d.cliEnv = append(d.cliEnv, "NATS_CA="+d.ca) // the CLI's --tlsca: the deploy server speaks TLS only
 	d.services(allBut()...)
 	d.startRun()
 

@@ -29,8 +29,10 @@ import (
 //	go test -run TestUpgradeCapture ./e2e -args -capture-upgrade
 var captureUpgrade = flag.Bool("capture-upgrade", false, "write testdata/upgrade from a night run by this tree's code")
 
+// upgradeDir is the package's testdata/upgrade (absolute: see TestMain).
+var upgradeDir = absPath("testdata", "upgrade")
+
 const (
-	upgradeDir     = "testdata/upgrade"
 	upgradeRecord  = "record.json"    // the cairn-runs entry, byte for byte as stored
 	upgradeObjects = "objects.tar.gz" // the cairn-artifacts objects the record names
 	// upgradeFault stops the night at a step boundary: compare committed (lease released,
