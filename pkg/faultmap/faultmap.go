@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
@@ -246,5 +247,11 @@ func twice(d pipeline.Definition) string {
 	if d.NaturalKey == "" {
 		return "no natural key declared: two starts of the same input are two runs, each doing its effects under its own run id"
 	}
-	return "one run: the natural key (" + d.NaturalKey + ") is claimed in cairn-natural-keys before the run's record, and a second start of it is refused on cairn.rejected naming the first run (the same start again, same run id, is the same run); `cairn rerun RUN --from STEP` runs it again"
+	// A pipeline hosted by pkg/app has the space its name names; the reference night, whose
+	// name names none, has the default space.
+	sp, err := assets.SpaceOf(d.Name)
+	if err != nil {
+		sp = assets.Default
+	}
+	return "one run: the natural key (" + d.NaturalKey + ") is claimed in " + sp.Bucket(assets.BucketNaturalKeys) + " before the run's record, and a second start of it is refused on " + sp.Rejected() + " naming the first run (the same start again, same run id, is the same run); `cairn rerun RUN --from STEP` runs it again"
 }

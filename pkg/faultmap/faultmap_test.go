@@ -420,3 +420,18 @@ func TestTwiceOnTheSameInput(t *testing.T) {
 		t.Errorf("without a natural key: %q, %v", m.Twice, err)
 	}
 }
+
+// The answer to "started twice" names the pipeline's own buckets and subjects: a hosted
+// pipeline's space, the night's default one.
+func TestTwiceNamesThePipelinesSpace(t *testing.T) {
+	for name, want := range map[string]string{"copy": "cairn-copy-natural-keys", "invoice-reconciliation": "in cairn-natural-keys"} {
+		d := pipeline.Definition{Name: name, NaturalKey: "the file", Steps: []pipeline.Step{{Name: "read", Kind: pipeline.SourceRead, Recovery: "again"}}}
+		m, err := faultmap.Analyze(d, faultmap.Settings{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(m.Twice, want) {
+			t.Errorf("%s: %q lacks %q", name, m.Twice, want)
+		}
+	}
+}
