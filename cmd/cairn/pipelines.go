@@ -154,7 +154,8 @@ func runPermissions(ctx context.Context, out io.Writer, args []string) error {
 	}
 	_, err = fmt.Fprintf(out, `# Pipeline %[1]s: its services connect as this user, with their replies under
 # %[2]s (nats.CustomInboxPrefix). It may use its own streams, buckets and subjects
-# (cairn.%[1]s.>) and nothing of another pipeline's; creating or changing them is admin's.
+# (cairn.%[1]s.>) and nothing of another pipeline's; creating, changing or removing them
+# (its durables included) is admin's.
 {
   user: %[1]s
   password: "REPLACE: nats server passwd"
@@ -162,6 +163,8 @@ func runPermissions(ctx context.Context, out io.Writer, args []string) error {
     publish: {
       allow: [
 %[3]s      ]
+      deny: [
+%[5]s      ]
     }
     subscribe: {
       allow: [
@@ -170,6 +173,6 @@ func runPermissions(ctx context.Context, out io.Writer, args []string) error {
     allow_responses: true
   }
 }
-`, r.Name, c.Space.Inbox(), list(p.Publish), list(p.Subscribe))
+`, r.Name, c.Space.Inbox(), list(p.Publish), list(p.Subscribe), list(p.PublishDeny))
 	return err
 }

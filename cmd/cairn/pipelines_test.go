@@ -117,11 +117,12 @@ func TestInitAndRunsOfRegisteredPipelines(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := cfg.Assets().Permissions()
-	if !slices.Equal(got.Publish, want.Publish) || !slices.Equal(got.Subscribe, want.Subscribe) || !slices.Contains(got.Publish, "cairn.copy.>") {
+	if !slices.Equal(got.Publish, want.Publish) || !slices.Equal(got.Subscribe, want.Subscribe) || !slices.Equal(got.PublishDeny, want.PublishDeny) || !slices.Contains(got.Publish, "cairn.copy.>") {
 		t.Errorf("cairn permissions --pipeline copy: %+v, want %+v", got, want)
 	}
 	out.Reset()
-	if err := runPermissions(ctx, &out, []string{"--pipeline", "copy"}); err != nil || !bytes.Contains(out.Bytes(), []byte(`"$KV.cairn-copy-runs.>"`)) {
+	if err := runPermissions(ctx, &out, []string{"--pipeline", "copy"}); err != nil || !bytes.Contains(out.Bytes(), []byte(`"$KV.cairn-copy-runs.>"`)) ||
+		!bytes.Contains(out.Bytes(), []byte(`"$JS.API.CONSUMER.DELETE.CAIRN_COPY_OUTBOX.outbox-sender"`)) {
 		t.Errorf("cairn permissions, as conf (%v):\n%s", err, out.String())
 	}
 	if err := runPermissions(ctx, &out, nil); !errors.Is(err, errUsage) {

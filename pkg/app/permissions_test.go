@@ -25,7 +25,7 @@ func TestPipelinePermissions(t *testing.T) {
 	for _, p := range []string{"alpha", "beta"} {
 		perm := greeting(nil, p, "").Assets().Permissions()
 		users = append(users, &server.User{Username: p, Password: p, Permissions: &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: perm.Publish},
+			Publish:   &server.SubjectPermission{Allow: perm.Publish, Deny: perm.PublishDeny},
 			Subscribe: &server.SubjectPermission{Allow: perm.Subscribe},
 			Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute},
 		}})
@@ -104,6 +104,19 @@ func TestPipelinePermissions(t *testing.T) {
 	}
 	if _, err := alpha.Stream(short, assets.StreamRuns); err == nil {
 		t.Error("alpha's user looked up the default space's stream")
+	}
+	// Nor replace or remove a durable of its own pipeline: that is admin's.
+	sp := assets.MustSpace("alpha")
+	for _, d := range []struct{ stream, durable string }{{sp.Stream(assets.StreamSteps), "read"}, {sp.Stream(assets.StreamOutbox), assets.ConsumerOutbox}} {
+		refusedCtx, cancelRefused := context.WithTimeout(ctx, 2*time.Second)
+		err := alpha.DeleteConsumer(refusedCtx, d.stream, d.durable)
+		cancelRefused()
+		if err == nil {
+			t.Errorf("alpha's user deleted durable %s on %s", d.durable, d.stream)
+		}
+		if _, err := admin.Consumer(ctx, d.stream, d.durable); err != nil {
+			t.Errorf("durable %s on %s: %v", d.durable, d.stream, err)
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -13,8 +13,11 @@ import "slices"
 // account information ($JS.API.INFO) and the owner inboxes (cairn.owner.<service>.<nuid>),
 // which carry only "alive?" and its answer.
 type Permissions struct {
-	Publish   []string `json:"publish"`
-	Subscribe []string `json:"subscribe"`
+	Publish []string `json:"publish"`
+	// PublishDeny are the durables' create and delete subjects, which the short-lived
+	// consumers' allowances would otherwise cover: no service replaces or removes a durable.
+	PublishDeny []string `json:"publish_deny"`
+	Subscribe   []string `json:"subscribe"`
 }
 
 // Inbox is the reply prefix of the space's services: _INBOX.cairn.<name> (_INBOX.cairn for
@@ -40,6 +43,7 @@ func (c Config) Permissions() Permissions {
 	obj := c.ObjectStore().Bucket
 	streams = append(streams, "OBJ_"+obj)
 
+	queues := []string{sp.Stream(StreamRuns), sp.Stream(StreamSteps)}
 	pub := []string{"$JS.API.INFO", sp.Root() + ">", "cairn.owner.*.*"}
 	for _, s := range streams {
 		pub = append(pub,
@@ -48,15 +52,24 @@ func (c Config) Permissions() Permissions {
 			"$JS.API.DIRECT.GET."+s, "$JS.API.DIRECT.GET."+s+".>",
 			"$JS.API.CONSUMER.INFO."+s+".*",
 			"$JS.API.CONSUMER.LIST."+s, "$JS.API.CONSUMER.NAMES."+s,
-			// the short-lived consumers that read a stream's history or watch a bucket
-			"$JS.API.CONSUMER.CREATE."+s, "$JS.API.CONSUMER.CREATE."+s+".>",
-			"$JS.API.CONSUMER.DELETE."+s+".*",
 			"$JS.API.CONSUMER.MSG.NEXT."+s+".*",
 			"$JS.ACK."+s+".>", "$JS.FC."+s+".>",
 		)
+		// The short-lived consumers that read a stream's history or watch a bucket; the work
+		// queues are read by their durables alone.
+		if !slices.Contains(queues, s) {
+			pub = append(pub, "$JS.API.CONSUMER.CREATE."+s, "$JS.API.CONSUMER.CREATE."+s+".>", "$JS.API.CONSUMER.DELETE."+s+".*")
+		}
+	}
+	var deny []string
+	for _, d := range c.Consumers() {
+		if !slices.Contains(queues, d.Stream) {
+			n := d.Stream + "." + d.Config.Durable
+			deny = append(deny, "$JS.API.CONSUMER.CREATE."+n, "$JS.API.CONSUMER.CREATE."+n+".>", "$JS.API.CONSUMER.DELETE."+n)
+		}
 	}
 	// The supervisor removes a work queue's message once it is rejected or handed over.
-	for _, s := range []string{sp.Stream(StreamRuns), sp.Stream(StreamSteps)} {
+	for _, s := range queues {
 		pub = append(pub, "$JS.API.STREAM.MSG.DELETE."+s)
 	}
 	for _, b := range c.Buckets() {
@@ -69,5 +82,5 @@ func (c Config) Permissions() Permissions {
 		"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + sp.Stream(StreamRuns) + ".*",
 	}
 	slices.Sort(pub)
-	return Permissions{Publish: slices.Compact(pub), Subscribe: sub}
+	return Permissions{Publish: slices.Compact(pub), PublishDeny: deny, Subscribe: sub}
 }
