@@ -78,8 +78,7 @@ func (c Config) Permissions() Permissions {
 	pub = append(pub, "$O."+obj+".>")
 	sub := []string{
 		sp.Inbox() + ".>", "cairn.owner.*.*",
-		"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + sp.Stream(StreamSteps) + ".*",
-		"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + sp.Stream(StreamRuns) + ".*",
+		sp.MaxDeliveries(StreamSteps), sp.MaxDeliveries(StreamRuns),
 	}
 	slices.Sort(pub)
 	return Permissions{Publish: slices.Compact(pub), PublishDeny: deny, Subscribe: sub}

@@ -115,5 +115,11 @@ func (s Space) Saga(runID, step string) string { return s.Root() + "saga." + run
 // Outbox is an outbox message's subject: <root>outbox.<run_id>.<kind>.
 func (s Space) Outbox(runID, kind string) string { return s.Root() + "outbox." + runID + "." + kind }
 
+// MaxDeliveries is where the server announces that a durable of the space's stream of base
+// (a Stream constant) reached its delivery limit with a message.
+func (s Space) MaxDeliveries(base string) string {
+	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + s.Stream(base) + ".*"
+}
+
 // Rejected is the subject of refused input: <root>rejected.
 func (s Space) Rejected() string { return s.Root() + "rejected" }

@@ -172,13 +172,8 @@ func (s *Supervisor) deadMessage(ctx context.Context, m *nats.Msg, stream string
 }
 
 // AdvisorySubject is where the server announces step events that reached their delivery
-// limit, in the default space.
-var AdvisorySubject = StepAdvisory(assets.Default)
-
-// StepAdvisory is AdvisorySubject in space sp.
-func StepAdvisory(sp assets.Space) string {
-	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + sp.Stream(assets.StreamSteps) + ".*"
-}
+// limit, in the default space (another space's: its MaxDeliveries(assets.StreamSteps)).
+var AdvisorySubject = assets.Default.MaxDeliveries(assets.StreamSteps)
 
 // onMaxDeliveries hands over the run of a step event that reached MaxDeliver without being
 // answered (a worker that dies on it every time), then removes the event: JetStream has no

@@ -165,20 +165,20 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		s.observe(e)
 	}
 	s.SweepOnce(ctx, true)
-	adv, err := s.cfg.JS.Conn().QueueSubscribe(StepAdvisory(s.cfg.Space), "cairn-supervisor", func(m *nats.Msg) {
+	adv, err := s.cfg.JS.Conn().QueueSubscribe(s.cfg.Space.MaxDeliveries(assets.StreamSteps), "cairn-supervisor", func(m *nats.Msg) {
 		defer consume.Recover(s.log, nil, nil)
 		s.onMaxDeliveries(ctx, m)
 	})
 	if err != nil {
-		return fmt.Errorf("subscribing to %s: %w", StepAdvisory(s.cfg.Space), err)
+		return fmt.Errorf("subscribing to %s: %w", s.cfg.Space.MaxDeliveries(assets.StreamSteps), err)
 	}
 	defer func() { _ = adv.Unsubscribe() }()
-	cadv, err := s.cfg.JS.Conn().QueueSubscribe(CommandAdvisory(s.cfg.Space), "cairn-supervisor", func(m *nats.Msg) {
+	cadv, err := s.cfg.JS.Conn().QueueSubscribe(s.cfg.Space.MaxDeliveries(assets.StreamRuns), "cairn-supervisor", func(m *nats.Msg) {
 		defer consume.Recover(s.log, nil, nil)
 		s.onCommandMaxDeliveries(ctx, m)
 	})
 	if err != nil {
-		return fmt.Errorf("subscribing to %s: %w", CommandAdvisory(s.cfg.Space), err)
+		return fmt.Errorf("subscribing to %s: %w", s.cfg.Space.MaxDeliveries(assets.StreamRuns), err)
 	}
 	defer func() { _ = cadv.Unsubscribe() }()
 	cons, err := s.cfg.JS.Consumer(ctx, s.cfg.Space.Stream(assets.StreamRuns), assets.ConsumerControl)

@@ -142,12 +142,7 @@ func named(cs []kc.Command) string {
 
 // CommandAdvisorySubject is where the server announces run commands (on the control and the
 // compensator durables) that reached their delivery limit.
-var CommandAdvisorySubject = CommandAdvisory(assets.Default)
-
-// CommandAdvisory is CommandAdvisorySubject in space sp.
-func CommandAdvisory(sp assets.Space) string {
-	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + sp.Stream(assets.StreamRuns) + ".*"
-}
+var CommandAdvisorySubject = assets.Default.MaxDeliveries(assets.StreamRuns)
 
 // onCommandMaxDeliveries keeps a command that reached its durable's MaxDeliver (each delivery
 // failed for a reason of the moment): it is written into its run's record as waiting, for the
