@@ -98,9 +98,7 @@ func runRuns(ctx context.Context, out io.Writer, args []string) error {
 		}
 		rows = append(rows, some...)
 	}
-	slices.SortStableFunc(rows, func(a, b runRow) int {
-		return cmp.Or(boolOrder(a.created.IsZero(), b.created.IsZero()), a.created.Compare(b.created))
-	})
+	sortRuns(rows)
 	rows = slices.DeleteFunc(rows, func(r runRow) bool {
 		return (len(statuses) > 0 && !slices.Contains(statuses, r.Status)) || (*stepFlag != "" && r.Step != *stepFlag)
 	})
@@ -163,7 +161,7 @@ func parseStatuses(s string) ([]string, error) {
 }
 
 // listRuns reads the latest record of every run (one watch over the bucket, no read per key)
-// and returns them sorted by created_at. A record that does not decode is listed as untrusted
+// (unsorted: sortRuns). A record that does not decode is listed as untrusted
 // with the reason, never skipped.
 func listRuns(ctx context.Context, store *kc.Store, now time.Time) ([]runRow, error) {
 	w, err := store.KV().WatchAll(ctx, jetstream.IgnoreDeletes())
@@ -181,11 +179,15 @@ func listRuns(ctx context.Context, store *kc.Store, now time.Time) ([]runRow, er
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	slices.SortFunc(rows, func(a, b runRow) int {
-		// A record without a readable created_at sorts last.
-		return cmp.Or(boolOrder(a.created.IsZero(), b.created.IsZero()), a.created.Compare(b.created), cmp.Compare(a.RunID, b.RunID))
-	})
 	return rows, nil
+}
+
+// sortRuns sorts rows by created_at, then pipeline and run id; a record without a readable
+// created_at sorts last.
+func sortRuns(rows []runRow) {
+	slices.SortFunc(rows, func(a, b runRow) int {
+		return cmp.Or(boolOrder(a.created.IsZero(), b.created.IsZero()), a.created.Compare(b.created), cmp.Compare(a.Pipeline, b.Pipeline), cmp.Compare(a.RunID, b.RunID))
+	})
 }
 
 // boolOrder sorts false before true.
