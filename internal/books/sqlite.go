@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/cairnhq/cairn/pkg/fence"
+	"github.com/cairnhq/cairn/pkg/retry"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
@@ -25,12 +27,23 @@ func openSQLiteFile(ctx context.Context, dsn, path string) (*DB, error) {
 		return nil, fmt.Errorf("opening books %q: %w", dsn, err)
 	}
 	db := &DB{sql: sqlDB, dialect: fence.SQLite}
-	if err := db.init(ctx); err != nil {
+	// The first connection turns a fresh file to WAL, which needs the file to
+	// itself: when several services open it at once, SQLite answers the others
+	// SQLITE_BUSY at once, without waiting out the busy timeout (two readers
+	// each wanting to write would deadlock). They try again until it is done.
+	err = openRetry.Do(ctx, func(err error) bool { return transientCause(err) }, func(int) error {
+		return db.init(ctx)
+	})
+	if err != nil {
 		sqlDB.Close()
 		return nil, fmt.Errorf("opening books %q: %w", dsn, err)
 	}
 	return db, nil
 }
+
+// openRetry is how long Open waits out other services' opening of the same
+// file: as long as the busy timeout.
+var openRetry = retry.Policy{First: 5 * time.Millisecond, Max: 250 * time.Millisecond, Jitter: 0.5, Within: 10 * time.Second}
 
 func checkSQLitePath(path string) error {
 	switch {
