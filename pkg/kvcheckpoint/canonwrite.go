@@ -17,7 +17,9 @@ func (c *canonical) canonicalRecord(r *Record) (ok bool) {
 	c.out = c.out[:0]
 	c.verbatim = c.verbatim[:0]
 	w := &c.out
-	*w = append(*w, `{"approval":`...)
+	*w = append(*w, `{"after":`...)
+	ok = c.graph(r.After)
+	*w = append(*w, `,"approval":`...)
 	if a := r.Approval; a == nil {
 		*w = append(*w, "null"...)
 	} else {
@@ -34,7 +36,7 @@ func (c *canonical) canonicalRecord(r *Record) (ok bool) {
 		*w = append(*w, '}')
 	}
 	*w = append(*w, `,"commands":`...)
-	ok = c.commands(r.Commands)
+	ok = c.commands(r.Commands) && ok
 	*w = append(*w, `,"created_at":`...)
 	c.string(r.CreatedAt)
 	*w = append(*w, `,"epoch":`...)
@@ -131,6 +133,35 @@ func (c *canonical) progress(g *Progress) bool {
 	c.string(g.Step)
 	*w = append(*w, '}')
 	return ok
+}
+
+// graph writes the steps' After lists, by step name in sorted order.
+func (c *canonical) graph(g Graph) bool {
+	if g == nil {
+		c.out = append(c.out, "null"...)
+		return true
+	}
+	names := make([]string, 0, len(g))
+	for name := range g {
+		for i := 0; i < len(name); i++ {
+			if name[i] >= 0x80 {
+				return false // UTF-16 order differs from byte order: left to the general path
+			}
+		}
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	c.out = append(c.out, '{')
+	for i, name := range names {
+		if i > 0 {
+			c.out = append(c.out, ',')
+		}
+		c.string(name)
+		c.out = append(c.out, ':')
+		c.strings(g[name])
+	}
+	c.out = append(c.out, '}')
+	return true
 }
 
 func (c *canonical) steps(m map[string]*Step) bool {

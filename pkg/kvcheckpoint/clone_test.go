@@ -18,6 +18,7 @@ func TestCloneIsDeep(t *testing.T) {
 	full := r.Step("fetch")
 	full.ParkedArtifact.Inline = json.RawMessage(`[]`)
 	full.Output.Object = "run-2026-10-13-ldh/fetch/5f1c"
+	r.After[r.Pipeline[0]] = []string{"a-step-before"} // no list left empty, so each copy is checked
 	for _, name := range r.Pipeline {
 		r.Steps[name] = r.Clone().Step("fetch")
 	}

@@ -40,6 +40,8 @@ func decodeRecord(b []byte) (*Record, bool) {
 			ok = d.str((*string)(&r.Status))
 		case "pipeline":
 			ok = d.strings(&r.Pipeline)
+		case "after":
+			ok = d.graph(&r.After)
 		case "progressed_at":
 			ok = d.str(&r.ProgressedAt)
 		case "steps":
@@ -395,6 +397,29 @@ func (d *decoder) params(p *Params) bool {
 		if !ok {
 			return false
 		}
+	}
+}
+
+func (d *decoder) graph(p *Graph) bool {
+	if d.null() {
+		*p = nil
+		return true
+	}
+	g := Graph{}
+	*p = g
+	for first := true; ; {
+		name, done, ok := d.member(&first)
+		if !ok {
+			return false
+		}
+		if done {
+			return true
+		}
+		var deps []string
+		if !d.strings(&deps) {
+			return false
+		}
+		g[string(name)] = deps
 	}
 }
 

@@ -57,6 +57,22 @@ func (r *Record) check(key string, pipeline []string) error {
 			}
 		}
 	}
+	if r.After != nil {
+		if len(r.After) != len(r.Pipeline) {
+			return broken("after lists %d steps, the pipeline has %d", len(r.After), len(r.Pipeline))
+		}
+		for i, name := range r.Pipeline {
+			deps, ok := r.After[name]
+			if !ok {
+				return broken("after has no entry for step %q", name)
+			}
+			for _, dep := range deps {
+				if j := r.Index(dep); j < 0 || j >= i {
+					return broken("step %q waits for %q, which is not a step before it in the pipeline", name, dep)
+				}
+			}
+		}
+	}
 	if !knownStatus(r.Status) {
 		return broken("unknown run status %q", r.Status)
 	}

@@ -53,6 +53,21 @@ func TestLoadChecksInvariants(t *testing.T) {
 			r.Status, r.Undo = kc.Undoing, &kc.Undo{RequestID: "u", PreviousStatus: "gone"}
 		}},
 		{name: "negative generation", change: func(r *kc.Record) { r.Generation = -1 }},
+		{name: "after missing a step", change: func(r *kc.Record) { r.After = kc.Graph{"fetch": {}} }},
+		{name: "after waiting on a later step", change: func(r *kc.Record) {
+			r.After = kc.Graph{}
+			for _, s := range r.Pipeline {
+				r.After[s] = []string{}
+			}
+			r.After["fetch"] = []string{"report"}
+		}},
+		{name: "after waiting on a step outside the pipeline", change: func(r *kc.Record) {
+			r.After = kc.Graph{}
+			for _, s := range r.Pipeline {
+				r.After[s] = []string{}
+			}
+			r.After["report"] = []string{"rogue"}
+		}},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

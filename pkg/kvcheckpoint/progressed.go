@@ -27,6 +27,7 @@ func Progressed(before, after *Record) bool {
 func sameProgress(x, y *Record) bool {
 	return x.Schema == y.Schema && x.RunID == y.RunID && x.Params.Equal(y.Params) && x.CreatedAt == y.CreatedAt &&
 		x.Epoch == y.Epoch && x.Status == y.Status && slices.Equal(x.Pipeline, y.Pipeline) &&
+		maps.EqualFunc(x.After, y.After, slices.Equal) && (x.After == nil) == (y.After == nil) &&
 		maps.EqualFunc(x.Steps, y.Steps, sameStep) && eqPtr(x.SourceFingerprint, y.SourceFingerprint) &&
 		sameOutput(x.StockSnapshot, y.StockSnapshot) && sameLease(x.Lease, y.Lease) && x.NextAction == y.NextAction &&
 		x.Restarts == y.Restarts && x.Generation == y.Generation && slices.Equal(x.Requests, y.Requests) &&

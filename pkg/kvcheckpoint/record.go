@@ -13,7 +13,7 @@ import (
 
 // Schema is the version of the record layout this package writes. It reads every earlier
 // one and upgrades it in memory (see upgrade.go); a later one is ErrNewerSchema.
-const Schema = 4
+const Schema = 5
 
 // Status is a run's status.
 type Status string
@@ -51,6 +51,7 @@ type Record struct {
 	Epoch             string           `json:"epoch"`
 	Status            Status           `json:"status"`
 	Pipeline          []string         `json:"pipeline"`
+	After             Graph            `json:"after"`         // schema 5; null: each step waits for the one before it
 	ProgressedAt      string           `json:"progressed_at"` // schema 4: the run's last progress, by the writer's clock
 	Steps             map[string]*Step `json:"steps"`
 	SourceFingerprint *string          `json:"source_fingerprint"`
@@ -219,6 +220,7 @@ func NewStep() *Step {
 func (r *Record) Clone() *Record {
 	c := *r
 	c.Pipeline = slices.Clone(r.Pipeline)
+	c.After = r.After.clone()
 	if r.Steps != nil {
 		c.Steps = make(map[string]*Step, len(r.Steps))
 		for name, s := range r.Steps {
@@ -299,26 +301,102 @@ func (r *Record) Step(name string) *Step {
 // Index is the position of step in the pipeline, or -1.
 func (r *Record) Index(step string) int { return slices.Index(r.Pipeline, step) }
 
-// Next is the step after step, or "" for the last.
+// Next is the step the run waits on once step is verified: the first step in the
+// pipeline's order, other than step, that is not verified; "" when step is the last one
+// left. For steps run one after another it is the step after step.
 func (r *Record) Next(step string) string {
-	i := r.Index(step)
-	if i < 0 || i+1 >= len(r.Pipeline) {
-		return ""
+	for _, s := range r.Pipeline {
+		if s != step && r.Step(s).Status != Verified {
+			return s
+		}
 	}
-	return r.Pipeline[i+1]
+	return ""
 }
 
-// EarlierVerified reports whether every step before step is verified.
+// Deps are the steps step waits for: its After, or else the step before it.
+func (r *Record) Deps(step string) []string {
+	if r.After != nil {
+		return r.After[step]
+	}
+	if i := r.Index(step); i > 0 {
+		return r.Pipeline[i-1 : i]
+	}
+	return nil
+}
+
+// EarlierVerified reports whether every step that step waits for, directly or through
+// others, is verified: whether step may run. For steps run one after another, every step
+// before it.
 func (r *Record) EarlierVerified(step string) bool {
-	for _, s := range r.Pipeline {
-		if s == step {
-			return true
+	if r.Index(step) < 0 {
+		return false
+	}
+	if r.After == nil {
+		for _, s := range r.Pipeline {
+			if s == step {
+				return true
+			}
+			if r.Step(s).Status != Verified {
+				return false
+			}
 		}
-		if r.Step(s).Status != Verified {
+	}
+	for _, dep := range r.Deps(step) {
+		if r.Index(dep) < 0 || r.Step(dep).Status != Verified || !r.EarlierVerified(dep) {
 			return false
 		}
 	}
-	return false
+	return true
+}
+
+// Ready are the steps that may run now, in the pipeline's order: not verified, and
+// everything they wait for verified. For steps run one after another, Current alone.
+func (r *Record) Ready() []string {
+	var out []string
+	for _, s := range r.Pipeline {
+		if r.Step(s).Status != Verified && r.EarlierVerified(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Unblocked are the steps step's verification lets run: those that wait for step, are not
+// verified, and wait for nothing else unverified. For steps run one after another, the
+// step after it.
+func (r *Record) Unblocked(step string) []string {
+	var out []string
+	for _, s := range r.Pipeline {
+		if slices.Contains(r.Deps(s), step) && r.Step(s).Status != Verified && r.EarlierVerified(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Dependents are the steps that wait for step directly.
+func (r *Record) Dependents(step string) []string {
+	var out []string
+	for _, s := range r.Pipeline {
+		if slices.Contains(r.Deps(s), step) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Descendants are the steps that wait for step, directly or through others, in the
+// pipeline's order. For steps run one after another, every step after it.
+func (r *Record) Descendants(step string) []string {
+	below := map[string]bool{step: true}
+	var out []string
+	for _, s := range r.Pipeline {
+		if slices.ContainsFunc(r.Deps(s), func(d string) bool { return below[d] }) {
+			below[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // AllVerified reports whether every step is verified.
@@ -331,7 +409,8 @@ func (r *Record) AllVerified() bool {
 	return true
 }
 
-// Current is the first step that is not verified, or "".
+// Current is the first step that is not verified, or "". Steps that run side by side may
+// have others running beside it (Ready).
 func (r *Record) Current() string {
 	for _, s := range r.Pipeline {
 		if r.Step(s).Status != Verified {
@@ -339,6 +418,20 @@ func (r *Record) Current() string {
 		}
 	}
 	return ""
+}
+
+// Graph is what each step of a pipeline waits for, by step (pipeline.Definition.Graph).
+type Graph map[string][]string
+
+func (g Graph) clone() Graph {
+	if g == nil {
+		return nil
+	}
+	c := make(Graph, len(g))
+	for k, v := range g {
+		c[k] = slices.Clone(v)
+	}
+	return c
 }
 
 // maxRequestKey is the longest request id the record keeps as it is.

@@ -92,8 +92,8 @@ func (ro Roles) step(name string) string {
 // Allowed says whether service by may have written r as it stands: the check is made on the
 // record alone, so it admits every state the service's own writes can leave, and no other.
 // A step's service may write while it holds the run's lease (the lease names its owner),
-// and, with no lease, the record of its step in hand (the current one: a failure, a
-// handover, a release) or just committed (the step after it current), its plan's wait, and
+// and, with no lease, the record of its step in hand (one that may run now: a failure, a
+// handover, a release) or just committed (nothing after it verified), its plan's wait, and
 // a finished run's last move; the compensator an undo's progress or a run cancelled for one;
 // the outbox sender a run made done; the supervisor anything.
 func (ro Roles) Allowed(r *Record, by string) error {
@@ -117,19 +117,32 @@ func (ro Roles) Allowed(r *Record, by string) error {
 		return fmt.Errorf("%w: %s signed a record whose lease %s holds for %s", identity.ErrNotAllowed, by, l.Owner, l.Step)
 	}
 	cur := r.Current()
-	for i, s := range r.Pipeline {
+	for _, s := range r.Pipeline {
 		if ro.step(s) != by {
 			continue
 		}
 		switch {
-		case s == cur, // its step in hand
-			i+1 < len(r.Pipeline) && r.Pipeline[i+1] == cur, // its commit
-			cur == "" && i == len(r.Pipeline)-1,             // the last commit, a finishing run settled
-			r.Approval != nil && r.Approval.Step == s:       // its plan
+		case r.Step(s).Status != Verified && r.EarlierVerified(s), // its step in hand
+			r.Step(s).Status == Verified && justCommitted(r, s), // its commit
+			r.Approval != nil && r.Approval.Step == s:           // its plan
 			return nil
 		}
 	}
 	return fmt.Errorf("%w: %s signed a record of %s at step %q (status %s)", identity.ErrNotAllowed, by, r.RunID, cur, r.Status)
+}
+
+// justCommitted reports whether verified step s may be the last step committed: no step
+// that waits for it is verified yet, and, when every step is (a finishing run settled),
+// no step waits for it at all. For steps run one after another: the step before the
+// current one, or the last.
+func justCommitted(r *Record, s string) bool {
+	deps := r.Dependents(s)
+	for _, d := range deps {
+		if r.Step(d).Status == Verified {
+			return false
+		}
+	}
+	return len(deps) > 0 || r.AllVerified()
 }
 
 // WithSigner makes the store sign every record it writes as sg.

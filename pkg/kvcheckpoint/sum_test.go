@@ -36,6 +36,10 @@ func fullRecord() *kc.Record {
 	r.ProgressedAt = "2026-10-13T22:40:00Z"
 	r.Progress = &kc.Progress{Step: "post-ledger", Count: 12, NoProgress: 1}
 	r.Handover = kc.Ptr("h-1")
+	r.After = kc.Graph{}
+	for i, name := range r.Pipeline { // each after the one before, written out
+		r.After[name] = append([]string{}, r.Pipeline[max(i-1, 0):i]...)
+	}
 	r.Undo = &kc.Undo{RequestID: "undo-1", Scope: json.RawMessage(`{"steps":["post-ledger"]}`), Cursor: 3, Reversed: 2, Total: 40, PreviousStatus: kc.Running}
 	if _, err := r.Wait(kc.Command{Verb: "resume", RequestID: "resume-1", By: "/cairn/cli", At: "2026-10-13T23:01:00Z", Args: json.RawMessage(`{"after_fix":true}`)}); err != nil {
 		panic(err)
@@ -107,7 +111,7 @@ func sorted(s ...string) []string { return slices.Sorted(slices.Values(s)) }
 func TestEncodeFieldsOfDesign(t *testing.T) {
 	recordKeys := sorted("schema", "run_id", "params", "created_at", "epoch", "status", "pipeline", "steps",
 		"source_fingerprint", "stock_snapshot", "lease", "next_action", "restarts", "generation", "requests",
-		"approval", "handover", "undo", "commands", "updated_at", "progressed_at", "progress", "sum")
+		"approval", "handover", "undo", "commands", "updated_at", "progressed_at", "progress", "after", "sum")
 	stepKeys := sorted("status", "attempts", "started_at", "finished_at", "output", "input_fingerprint", "versions",
 		"token", "effects", "parked", "parked_count", "parked_artifact", "last_error")
 	versionKeys := sorted("code", "prompt", "schema", "model")
@@ -121,7 +125,7 @@ func TestEncodeFieldsOfDesign(t *testing.T) {
 		if got := keys(t, b); !slices.Equal(got, recordKeys) {
 			t.Fatalf("record members = %v, want %v", got, recordKeys)
 		}
-		for _, k := range []string{"source_fingerprint", "stock_snapshot", "lease", "approval", "handover", "undo", "progress"} {
+		for _, k := range []string{"source_fingerprint", "stock_snapshot", "lease", "approval", "handover", "undo", "progress", "after"} {
 			if string(rec[k]) != "null" {
 				t.Errorf("%s = %s, want null", k, rec[k])
 			}

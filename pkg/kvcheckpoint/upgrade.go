@@ -19,6 +19,7 @@ var upgrades = [Schema]func(r *Record){
 	1: func(r *Record) { r.UpdatedAt = r.CreatedAt }, // 1→2: updated_at, not known before: the creation
 	2: func(r *Record) { r.Commands = []Command{} },  // 2→3: commands; none waited before
 	3: upgrade3,                                      // 3→4: progressed_at, approval.since, progress
+	4: func(*Record) {},                              // 4→5: after; null, each step after the one before, as all ran
 }
 
 // checkSchema upgrades a decoded record of an earlier schema in memory; a record of a later

@@ -32,8 +32,15 @@ const (
 // (package faultmap): they are read by people and by the map's rules, never by the runner.
 // Text fields are short phrases; empty means none.
 type Step struct {
-	Name         string
-	Kind         Kind
+	Name string
+	Kind Kind
+	// After names the steps this one waits for: it runs once all of them are verified, at
+	// the same time as any other step whose own are (fan-out), and a step after several
+	// waits for the last of them (join). Each must be declared before it, so the order of
+	// Steps is an order the steps can run in. Nil: the step declared before it (none for
+	// the first), so a pipeline that names no After runs its steps one after another;
+	// empty: none, the step starts with the run.
+	After        []string
 	Leased       bool   // takes the run's lease (false: lease-free commit)
 	Fenced       bool   // writes to fenced outside systems
 	Irreversible bool   // its effects cannot be reversed, only answered (a sent message)
@@ -142,7 +149,9 @@ func (d Definition) Step(name string) (Step, bool) {
 	return d.Steps[i], true
 }
 
-// Validate checks names are unique and that writing steps take the lease.
+// Validate checks names are unique, that writing steps take the lease, that each step
+// waits only on steps declared before it, and that a step taking the run's lease (one per
+// run) never runs beside another step.
 func (d Definition) Validate() error {
 	seen := map[string]bool{}
 	var errs []error
@@ -150,13 +159,87 @@ func (d Definition) Validate() error {
 		if seen[s.Name] {
 			errs = append(errs, fmt.Errorf("step %q appears twice", s.Name))
 		}
-		seen[s.Name] = true
 		if s.Fenced && !s.Leased {
 			errs = append(errs, fmt.Errorf("step %q writes fenced systems but takes no lease", s.Name))
 		}
+		for j, dep := range s.After {
+			switch {
+			case dep == s.Name:
+				errs = append(errs, fmt.Errorf("step %q waits for itself", s.Name))
+			case !seen[dep]:
+				errs = append(errs, fmt.Errorf("step %q waits for %q, which is not a step declared before it", s.Name, dep))
+			case slices.Index(s.After, dep) != j:
+				errs = append(errs, fmt.Errorf("step %q waits for %q twice", s.Name, dep))
+			}
+		}
+		seen[s.Name] = true
 	}
 	if len(d.Steps) == 0 {
 		errs = append(errs, errors.New("the pipeline has no steps"))
 	}
+	if len(errs) == 0 {
+		errs = append(errs, d.checkSideBySide()...)
+	}
 	return errors.Join(errs...)
+}
+
+// checkSideBySide refuses a leased step that may run at the same time as another step: a run
+// has one lease, and its holder alone writes the record while it holds it.
+func (d Definition) checkSideBySide() []error {
+	g := d.Graph()
+	if g == nil {
+		return nil
+	}
+	up := ancestors(d.Names(), g)
+	var errs []error
+	for i, s := range d.Steps {
+		if !s.Leased {
+			continue
+		}
+		for j, o := range d.Steps {
+			if i == j || up[s.Name][o.Name] || up[o.Name][s.Name] {
+				continue
+			}
+			errs = append(errs, fmt.Errorf("step %q takes the run's lease and may run beside step %q (neither waits for the other): a step that runs beside another must be lease-free", s.Name, o.Name))
+			break
+		}
+	}
+	return errs
+}
+
+// Graph is what each step waits for, by step, when some step names its After; nil when
+// none does: each step then waits for the one before it.
+func (d Definition) Graph() map[string][]string {
+	if !slices.ContainsFunc(d.Steps, func(s Step) bool { return s.After != nil }) {
+		return nil
+	}
+	g := make(map[string][]string, len(d.Steps))
+	for i, s := range d.Steps {
+		switch {
+		case s.After != nil:
+			g[s.Name] = slices.Clone(s.After)
+		case i > 0:
+			g[s.Name] = []string{d.Steps[i-1].Name}
+		default:
+			g[s.Name] = []string{}
+		}
+	}
+	return g
+}
+
+// ancestors is, for each step of order, the set of steps it waits for directly or through
+// others; order must list every step after the ones it waits for.
+func ancestors(order []string, g map[string][]string) map[string]map[string]bool {
+	up := make(map[string]map[string]bool, len(order))
+	for _, s := range order {
+		set := map[string]bool{}
+		for _, dep := range g[s] {
+			set[dep] = true
+			for a := range up[dep] {
+				set[a] = true
+			}
+		}
+		up[s] = set
+	}
+	return up
 }

@@ -214,15 +214,20 @@ func (r *Runner) afterCommit(ctx context.Context, a *Attempt, committed *kc.Reco
 		}
 	}
 	if committed.Status == kc.Running {
-		if next := committed.Next(a.Step); next != "" {
+		// The steps this commit lets run: the next one, or each waiting for this step
+		// and nothing else left (a join is published by the commit of the last it waits
+		// for: the commits are compare-and-sets, so one of them sees all the others).
+		if nexts := committed.Unblocked(a.Step); len(nexts) > 0 {
 			vouched := r.vouches(a, committed, crev)
 			if err := a.Fault(ctx, faults.BeforeNextPublish, 0); err != nil {
 				a.log.Warn("fault before next publish", slog.Any("error", err))
 			}
-			if f, err := r.publishStepAsync(ctx, committed.RunID, next, committed.Generation, crev, vouched); err != nil {
-				a.log.Warn("publishing the next step; the supervisor will move the run on", slog.Any("error", err))
-			} else {
-				late = append(late, f)
+			for _, next := range nexts {
+				if f, err := r.publishStepAsync(ctx, committed.RunID, next, committed.Generation, crev, vouched); err != nil {
+					a.log.Warn("publishing the next step; the supervisor will move the run on", slog.String("next", next), slog.Any("error", err))
+				} else {
+					late = append(late, f)
+				}
 			}
 		}
 	}
@@ -346,7 +351,11 @@ func (r *Runner) applyCommit(n *kc.Record, a *Attempt, res *Result, o outputs) {
 	case res.NextAction != "":
 		n.NextAction = kc.CutText(res.NextAction, kc.MaxNextAction)
 	case next != "":
-		n.NextAction = fmt.Sprintf("run step %s of %s", next, n.RunID)
+		if ready := n.Ready(); len(ready) > 1 {
+			n.NextAction = kc.CutText(fmt.Sprintf("run steps %s of %s", strings.Join(ready, ", "), n.RunID), kc.MaxNextAction)
+		} else {
+			n.NextAction = fmt.Sprintf("run step %s of %s", next, n.RunID)
+		}
 	}
 }
 

@@ -85,17 +85,17 @@ func (r *Runner) publishStepAsync(ctx context.Context, runID, step string, gener
 	return f, nil
 }
 
-// publishNextIfIdle re-publishes the event of the step after a verified one when that step is
-// still pending with no lease (a duplicate is harmless).
+// publishNextIfIdle re-publishes the events of the steps a verified one lets run when they
+// are still pending with no lease (a duplicate is harmless).
 func (r *Runner) publishNextIfIdle(ctx context.Context, rec *kc.Record, rev uint64) {
-	if rec.Status != kc.Running {
+	if rec.Status != kc.Running || rec.Lease != nil {
 		return
 	}
-	next := rec.Next(r.cfg.StepName)
-	if next == "" || rec.Lease != nil || rec.Step(next).Status != kc.Pending {
-		return
+	for _, next := range rec.Unblocked(r.cfg.StepName) {
+		if rec.Step(next).Status == kc.Pending {
+			_ = r.publishStep(ctx, rec.RunID, next, rec.Generation, rev)
+		}
 	}
-	_ = r.publishStep(ctx, rec.RunID, next, rec.Generation, rev)
 }
 
 // ackWatch is how long watchAcks waits for an ack.

@@ -75,10 +75,10 @@ func (s *Supervisor) start(ctx context.Context, ev events.Event) error {
 		return &rejection{runID: runID, reason: fmt.Sprintf("run %s has this input already (%s): another run id would do its work twice; cairn rerun %s --from STEP runs it again",
 			holder, describeInput(s.cfg.Pipeline, params), holder)}
 	}
-	first := s.cfg.Pipeline.Names()[0]
 	rec := kc.New(runID, params, s.cfg.Pipeline.Names(), s.stamp())
+	rec.After = s.cfg.Pipeline.Graph()
 	rec.AddRequest(ev.ID)
-	rec.NextAction = fmt.Sprintf("run step %s of %s", first, runID)
+	rec.NextAction = fmt.Sprintf("run step %s of %s", strings.Join(rec.Ready(), ", "), runID)
 	rev, err := s.cfg.Store.Create(ctx, rec)
 	if errors.Is(err, kc.ErrExists) { // made in between by a start of the same run id
 		if rec, rev, err = s.cfg.Store.Load(ctx, runID); err != nil {
@@ -100,7 +100,7 @@ func (s *Supervisor) start(ctx context.Context, ev events.Event) error {
 	if err := s.hit(ctx); err != nil {
 		return err
 	}
-	return s.publish(ctx, runID, first, 0, rev)
+	return s.publishReady(ctx, rec, rev)
 }
 
 // startAgain: another start of an existing run. Other parameters are refused; a run whose
@@ -210,7 +210,7 @@ func (s *Supervisor) resume(ctx context.Context, ev events.Event) error {
 		r.Status = kc.Running
 		r.Handover = nil
 		r.Progress = nil // a person decided: the loop guard counts afresh
-		step = r.Current()
+		step = stoppedAt(r)
 		if c.AfterFix && step != "" {
 			step = rerunFrom(r, step)
 			r.NextAction = fmt.Sprintf("run step %s of %s again, generation %d (resumed after a fix)", step, r.RunID, r.Generation)
@@ -220,12 +220,13 @@ func (s *Supervisor) resume(ctx context.Context, ev events.Event) error {
 			r.Status = kc.Finishing
 			return nil
 		}
-		st := r.Step(step)
-		if st.Status == kc.Failed {
-			st.Status = kc.Pending
-			st.Attempts = 0
+		for _, ready := range r.Ready() { // the step that stopped, and any beside it that failed
+			if st := r.Step(ready); st.Status == kc.Failed {
+				st.Status = kc.Pending
+				st.Attempts = 0
+			}
 		}
-		r.NextAction = fmt.Sprintf("run step %s of %s", step, r.RunID)
+		r.NextAction = fmt.Sprintf("run step %s of %s", strings.Join(r.Ready(), ", "), r.RunID)
 		return nil
 	})
 	if errors.Is(err, kc.ErrNotFound) {
@@ -252,7 +253,7 @@ func (s *Supervisor) resume(ctx context.Context, ev events.Event) error {
 	if step == "" {
 		return nil
 	}
-	return s.publish(ctx, ev.Subject, step, rec.Generation, rev)
+	return s.publishReady(ctx, rec, rev)
 }
 
 // waited audits a command that now waits in the record (waits), or whose wait ended
@@ -269,6 +270,17 @@ func (s *Supervisor) waited(ctx context.Context, ev events.Event, waits bool, re
 
 // rerunFrom starts generation+1 of a run from the step that stopped, or from its first step
 // when the stop was a changed source (whose new fingerprint the rerun accepts).
+// stoppedAt is the step a handed-over or cancelled run stopped at: the first that failed,
+// or else the first not verified ("" when none is left).
+func stoppedAt(r *kc.Record) string {
+	for _, name := range r.Pipeline {
+		if r.Step(name).Status == kc.Failed {
+			return name
+		}
+	}
+	return r.Current()
+}
+
 func rerunFrom(r *kc.Record, stopped string) string {
 	from := stopped
 	if st := r.Step(stopped); st.LastError != nil && strings.Contains(*st.LastError, runner.ErrSourceChanged.Error()) {
@@ -278,7 +290,8 @@ func rerunFrom(r *kc.Record, stopped string) string {
 	return from
 }
 
-// resetFrom raises the run's generation and makes every step from step on pending again;
+// resetFrom raises the run's generation and makes step and every step after it (each that
+// waits for it, directly or through others) pending again;
 // the outputs of earlier generations stay in the artifact store, their effects in the
 // outside systems (the rerun's writing steps reverse what no longer stands).
 func resetFrom(r *kc.Record, step string) {
@@ -290,7 +303,8 @@ func resetFrom(r *kc.Record, step string) {
 	r.Handover = nil
 	r.Lease = nil
 	r.Status = kc.Running
-	for _, name := range r.Pipeline[r.Index(step):] {
+	r.Steps[step] = kc.NewStep()
+	for _, name := range r.Descendants(step) {
 		r.Steps[name] = kc.NewStep()
 	}
 	r.NextAction = fmt.Sprintf("run step %s of %s again, generation %d", step, r.RunID, r.Generation)
@@ -356,7 +370,7 @@ func (s *Supervisor) rerun(ctx context.Context, ev events.Event) error {
 	if err := s.hit(ctx); err != nil {
 		return err
 	}
-	return s.publish(ctx, ev.Subject, c.From, rec.Generation, rev)
+	return s.publishReady(ctx, rec, rev)
 }
 
 // approve lets a run that waits on a plan go on: approval.by and .at are set and the run is

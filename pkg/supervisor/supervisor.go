@@ -320,3 +320,13 @@ func (s *Supervisor) record(ctx context.Context, id string, a events.Audit) {
 func (s *Supervisor) publish(ctx context.Context, runID, step string, generation int, rev uint64) error {
 	return runner.PublishStep(ctx, s.cfg.JS, s.cfg.Space, source, runID, step, generation, rev, s.cfg.Now())
 }
+
+// publishReady publishes the event of every step of rec that may run now (one, for steps
+// run one after another; each branch's, where steps run side by side).
+func (s *Supervisor) publishReady(ctx context.Context, rec *kc.Record, rev uint64) error {
+	var errs []error
+	for _, step := range rec.Ready() {
+		errs = append(errs, s.publish(ctx, rec.RunID, step, rec.Generation, rev))
+	}
+	return errors.Join(errs...)
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -188,16 +189,23 @@ func (s *Supervisor) sweepRun(ctx context.Context, rec *kc.Record, rev uint64, s
 		s.forget(runID)
 		return s.republishUndo(ctx, rec, rev)
 	}
-	// No lease: the step the run waits on must have an event waiting, or get one.
-	step := obs.current
-	if step == "" || (!startup && now.Sub(obs.since) < s.cfg.Lease) {
+	// No lease: each step the run waits on must have an event waiting, or get one.
+	if obs.current == "" || (!startup && now.Sub(obs.since) < s.cfg.Lease) {
 		return nil
 	}
-	stored, err := runner.StepEventStored(ctx, s.cfg.JS, s.cfg.Space, runID, step)
-	if err != nil || stored {
-		return err
+	for _, step := range rec.Ready() {
+		stored, err := runner.StepEventStored(ctx, s.cfg.JS, s.cfg.Space, runID, step)
+		if err != nil {
+			return err
+		}
+		if stored {
+			continue
+		}
+		if err := s.republish(ctx, runID, step, rev); err != nil {
+			return err
+		}
 	}
-	return s.republish(ctx, runID, step, rev)
+	return nil
 }
 
 func (s *Supervisor) forget(runID string) {
@@ -233,7 +241,7 @@ func (s *Supervisor) republish(ctx context.Context, runID, step string, rev uint
 	ctx, span := tracing.StartRun(ctx, runID, "supervisor republish", attribute.String("cairn.step", step))
 	defer span.End()
 	rec, wrev, err := s.cfg.Store.Mutate(ctx, runID, func(r *kc.Record) error {
-		if r.Status != kc.Running || r.Lease != nil || r.Current() != step {
+		if r.Status != kc.Running || r.Lease != nil || !slices.Contains(r.Ready(), step) {
 			return kc.ErrSkip
 		}
 		r.NextAction = fmt.Sprintf("run step %s of %s (event published again by the supervisor)", step, runID)

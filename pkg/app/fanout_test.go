@@ -1,0 +1,205 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/pkg/app"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/pipeline"
+	"github.com/cairnhq/cairn/pkg/runner"
+)
+
+// fan is split → {left, middle, right} side by side → join → final.
+var fan = pipeline.Definition{Name: "fan", Input: []string{"word"}, Steps: []pipeline.Step{
+	{Name: "split", Kind: pipeline.SourceRead, Recovery: "read again"},
+	{Name: "left", Kind: pipeline.Compute, After: []string{"split"}, Recovery: "recomputed"},
+	{Name: "middle", Kind: pipeline.Compute, After: []string{"split"}, Recovery: "recomputed"},
+	{Name: "right", Kind: pipeline.Compute, After: []string{"split"}, Recovery: "recomputed"},
+	{Name: "join", Kind: pipeline.Compute, After: []string{"left", "middle", "right"}, Recovery: "recomputed"},
+	{Name: "final", Kind: pipeline.Compute, Leased: true, Recovery: "recomputed"},
+}}
+
+// stepFunc is a step written as a function.
+type stepFunc func(ctx context.Context, a *runner.Attempt) (*runner.Result, error)
+
+func (f stepFunc) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+	return f(ctx, a)
+}
+
+func output(v any) *runner.Result {
+	b, _ := json.Marshal(v)
+	return &runner.Result{Output: b, Items: 1}
+}
+
+// fanSteps are fan's steps. The three branches each wait, when they start, until all three
+// have started: run one after another, the first would wait in vain and hand the run over.
+// right fails its first attempt; join and final count their attempts.
+type fanSteps struct {
+	mu                sync.Mutex
+	started           map[string]bool
+	all               chan struct{}
+	rightFailed       atomic.Bool
+	joins, finals     atomic.Int32
+	branchesBeforeAll atomic.Int32
+}
+
+func newFanSteps() *fanSteps {
+	return &fanSteps{started: map[string]bool{}, all: make(chan struct{})}
+}
+
+func (f *fanSteps) branch(name string) runner.Step {
+	return stepFunc(func(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+		f.mu.Lock()
+		if !f.started[name] {
+			f.started[name] = true
+			if len(f.started) == 3 {
+				close(f.all)
+			}
+		}
+		f.mu.Unlock()
+		select {
+		case <-f.all:
+		case <-time.After(30 * time.Second):
+			return nil, runner.Permanent(fmt.Errorf("%s waited 30s for the other branches to start beside it", name))
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if name == "right" && f.rightFailed.CompareAndSwap(false, true) {
+			return nil, runner.Temporary(errors.New("right: the API timed out"))
+		}
+		b, err := a.Input(ctx, "split")
+		if err != nil {
+			return nil, err
+		}
+		var word string
+		if err := json.Unmarshal(b, &word); err != nil {
+			return nil, err
+		}
+		return output(name + ":" + word), nil
+	})
+}
+
+func (f *fanSteps) steps() map[string]runner.Step {
+	return map[string]runner.Step{
+		"split": stepFunc(func(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+			return output(a.Params.String("word")), nil
+		}),
+		"left": f.branch("left"), "middle": f.branch("middle"), "right": f.branch("right"),
+		"join": stepFunc(func(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+			f.joins.Add(1)
+			var parts []string
+			for _, s := range []string{"left", "middle", "right"} {
+				b, err := a.Input(ctx, s)
+				if err != nil {
+					return nil, err
+				}
+				var p string
+				if err := json.Unmarshal(b, &p); err != nil {
+					return nil, err
+				}
+				parts = append(parts, p)
+			}
+			return output(parts), nil
+		}),
+		"final": stepFunc(func(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+			f.finals.Add(1)
+			b, err := a.Input(ctx, "join")
+			if err != nil {
+				return nil, err
+			}
+			return &runner.Result{Output: b, Items: 1}, nil
+		}),
+	}
+}
+
+// Steps that wait for one step run side by side once it is verified (fan-out), a step that
+// waits for several runs once, when the last of them is verified (join), and a branch that
+// fails is retried alone: the run ends done, each step verified once, the join's input the
+// three branches' outputs.
+func TestFanOutAndJoin(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := app.Embedded("fan", "127.0.0.1", -1, filepath.Join(dir, "nats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+
+	f := newFanSteps()
+	cfg := app.Config{JS: js, KeysDir: filepath.Join(dir, "keys"), Pipeline: fan, Steps: f.steps()}
+	if err := app.Init(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	running, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- app.Run(running, cfg) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+
+	if err := app.Start(ctx, js, "fan", "fan-1", map[string]any{"word": "cairn"}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := app.Wait(ctx, js, "fan", "fan-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Status != kc.Done {
+		t.Fatalf("run %s, next action %q; want done", rec.Status, rec.NextAction)
+	}
+	var joined []string
+	if err := json.Unmarshal(rec.Steps["final"].Output.Inline, &joined); err != nil {
+		t.Fatalf("final's output %s: %v", rec.Steps["final"].Output.Inline, err)
+	}
+	if want := []string{"left:cairn", "middle:cairn", "right:cairn"}; !slices.Equal(joined, want) {
+		t.Errorf("final's output %v, want %v", joined, want)
+	}
+	if j, fl := f.joins.Load(), f.finals.Load(); j != 1 || fl != 1 {
+		t.Errorf("join ran %d times, final %d; want once each", j, fl)
+	}
+	if a := rec.Steps["right"].Attempts; a < 1 {
+		t.Errorf("right's attempts = %d, want its failed one counted", a)
+	}
+	for _, s := range []string{"split", "left", "middle", "join", "final"} {
+		if a := rec.Steps[s].Attempts; a != 0 {
+			t.Errorf("%s's attempts = %d, want 0", s, a)
+		}
+	}
+	if want := kc.Graph(fan.Graph()); !equalGraph(rec.After, want) {
+		t.Errorf("the record's after = %v, want %v", rec.After, want)
+	}
+}
+
+func equalGraph(a, b kc.Graph) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || !slices.Equal(v, w) {
+			return false
+		}
+	}
+	return true
+}
