@@ -42,7 +42,10 @@ type timeline struct {
 
 // stepTimeline sums up one step's audit events.
 type stepTimeline struct {
-	Step       string     `json:"step"`
+	Step string `json:"step"`
+	// After are the steps it waits for, when the run's steps do not simply run one after
+	// another (its record's after); absent otherwise.
+	After      []string   `json:"after,omitempty"`
 	StartedAt  *time.Time `json:"started_at"`  // the first step.started
 	FinishedAt *time.Time `json:"finished_at"` // the last step.verified
 	// Started counts step.started; Attempts counts the attempts seen by their token, which
@@ -160,7 +163,10 @@ func buildTimeline(run string, rec *kc.Record, evs []events.Event) (timeline, er
 		return &tl.Steps[i]
 	}
 	for _, s := range pipeline {
-		row(s)
+		r := row(s)
+		if rec.After != nil {
+			r.After = append([]string{}, rec.Deps(s)...)
+		}
 	}
 	for _, e := range evs {
 		var a events.Audit
@@ -226,6 +232,11 @@ func buildTimeline(run string, rec *kc.Record, evs []events.Event) (timeline, er
 				return tl, fmt.Errorf("step %s of %s: finished_at %q: %w", name, run, *st.FinishedAt, err)
 			}
 			s := row(name)
+			if s.StartedAt == nil && st.StartedAt != nil { // a lease-free step audits no start
+				if began, err := time.Parse(time.RFC3339Nano, *st.StartedAt); err == nil {
+					s.StartedAt = &began
+				}
+			}
 			s.Verified++
 			s.tokens[*st.Token] = true
 			if s.FinishedAt == nil || at.After(*s.FinishedAt) {
@@ -277,9 +288,18 @@ func printTimeline(tl timeline) {
 	}
 	fmt.Println()
 	fmt.Println()
+	graph := slices.ContainsFunc(tl.Steps, func(s stepTimeline) bool { return s.After != nil })
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "STEP\tSTARTED\tFINISHED\tTOOK\tATTEMPTS\tRESTARTS\tFAILED\tFENCED\tHANDOVERS\tREASSIGNED\tITEMS")
+	fmt.Fprint(tw, "STEP\t")
+	if graph {
+		fmt.Fprint(tw, "AFTER\t")
+	}
+	fmt.Fprintln(tw, "STARTED\tFINISHED\tTOOK\tATTEMPTS\tRESTARTS\tFAILED\tFENCED\tHANDOVERS\tREASSIGNED\tITEMS")
 	for _, s := range tl.Steps {
+		fmt.Fprintf(tw, "%s\t", s.Step)
+		if graph {
+			fmt.Fprintf(tw, "%s\t", cmp.Or(strings.Join(s.After, ","), "-"))
+		}
 		took := "-"
 		if s.StartedAt != nil && s.FinishedAt != nil {
 			took = s.FinishedAt.Sub(*s.StartedAt).Round(time.Millisecond).String()
@@ -288,7 +308,7 @@ func printTimeline(tl timeline) {
 		for _, k := range slices.Sorted(maps.Keys(s.Items)) {
 			items = append(items, fmt.Sprintf("%d %s", s.Items[k], k))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", s.Step, when(s.StartedAt), when(s.FinishedAt), took,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", when(s.StartedAt), when(s.FinishedAt), took,
 			s.Attempts, s.Restarts, s.Failed, s.Fenced, s.Handovers, s.Reassigned, strings.Join(items, ", "))
 	}
 	_ = tw.Flush()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -51,5 +52,35 @@ func TestTimelineVerifiedFromTheRecord(t *testing.T) {
 	// Without a trusted record, the audit alone.
 	if tl, err = buildTimeline("r1", nil, evs); err != nil || len(tl.Steps) != 1 || tl.Steps[0].Verified != 1 {
 		t.Errorf("without the record: %+v (%v), want the step lease verified once", tl.Steps, err)
+	}
+}
+
+// A run whose steps run side by side: each step's row names what it waits for, and a
+// lease-free step's start is its record's started_at.
+func TestTimelineShowsTheGraph(t *testing.T) {
+	rec := kc.New("r2", kc.StringParams(false, "source", "f"), []string{"fetch", "a", "b", "join"}, "2026-12-03T10:00:00Z")
+	rec.After = kc.Graph{"fetch": {}, "a": {"fetch"}, "b": {"fetch"}, "join": {"a", "b"}}
+	for _, name := range []string{"fetch", "a", "b"} {
+		s := rec.Step(name)
+		s.Status, s.Token, s.StartedAt, s.FinishedAt = kc.Verified, kc.Ptr(uint64(3)), kc.Ptr("2026-12-03T10:00:01Z"), kc.Ptr("2026-12-03T10:00:02Z")
+	}
+	tl, err := buildTimeline("r2", rec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{"fetch": {}, "a": {"fetch"}, "b": {"fetch"}, "join": {"a", "b"}}
+	began := time.Date(2026, 12, 3, 10, 0, 1, 0, time.UTC)
+	for _, s := range tl.Steps {
+		if !slices.Equal(s.After, want[s.Step]) || s.After == nil {
+			t.Errorf("%s: after %v, want %v", s.Step, s.After, want[s.Step])
+		}
+		if s.Step != "join" && (s.StartedAt == nil || !s.StartedAt.Equal(began)) {
+			t.Errorf("%s: started %v, want %v from the record", s.Step, s.StartedAt, began)
+		}
+	}
+	// Steps one after another: no after on any row.
+	lin, err := buildTimeline("r1", kc.New("r1", kc.StringParams(false, "w", "1"), []string{"x", "y"}, "2026-12-03T10:00:00Z"), nil)
+	if err != nil || lin.Steps[1].After != nil {
+		t.Errorf("a linear run's rows: %+v (%v), want no after", lin.Steps, err)
 	}
 }

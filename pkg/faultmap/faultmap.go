@@ -89,6 +89,8 @@ type Map struct {
 type StepMap struct {
 	N            int           `json:"n"` // 1-based position in the pipeline
 	Name         string        `json:"name"`
+	After        []string      `json:"after"`  // the steps it waits for; empty for one that starts the run
+	Beside       []string      `json:"beside"` // the steps that may run at the same time; empty when none
 	Kind         pipeline.Kind `json:"kind"`
 	Leased       bool          `json:"leased"`
 	Fenced       bool          `json:"fenced"`
@@ -157,7 +159,7 @@ func Analyze(d pipeline.Definition, s Settings) (Map, error) {
 			return Map{}, err
 		}
 		m.Steps[i] = StepMap{
-			N: i + 1, Name: st.Name, Kind: st.Kind, Leased: st.Leased, Fenced: st.Fenced, Irreversible: st.Irreversible,
+			N: i + 1, Name: st.Name, After: d.Waits(st.Name), Beside: orEmpty(d.Beside(st.Name)), Kind: st.Kind, Leased: st.Leased, Fenced: st.Fenced, Irreversible: st.Irreversible,
 			Recovery: st.Recovery, Checkpoints: st.Checkpoint != "", Checkpoint: st.Checkpoint, Effects: st.Effects,
 			Key: st.Key, Memo: st.Memo, Compensation: st.Compensation, Retry: r,
 			Approval: slices.Contains(s.ApprovalSteps, st.Name), Drift: driftOf(st),
@@ -176,6 +178,13 @@ func Analyze(d pipeline.Definition, s Settings) (Map, error) {
 		}
 	}
 	return m, nil
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 // stepGaps are the gaps of step st, whose retry policy is r; later are the steps after it.

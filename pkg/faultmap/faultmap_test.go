@@ -435,3 +435,45 @@ func TestTwiceNamesThePipelinesSpace(t *testing.T) {
 		}
 	}
 }
+
+// The map shows the graph: what each step runs after, and which run beside it.
+func TestMapShowsTheGraph(t *testing.T) {
+	t.Parallel()
+	d := pipeline.Definition{Name: "fan", Steps: []pipeline.Step{
+		{Name: "fetch", Kind: pipeline.SourceRead, Leased: true},
+		{Name: "profile", Kind: pipeline.Compute, After: []string{"fetch"}},
+		{Name: "geo", Kind: pipeline.Compute, After: []string{"fetch"}},
+		{Name: "validate", Kind: pipeline.Compute, After: []string{"profile", "geo"}},
+	}}
+	m, err := faultmap.Analyze(d, defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][2][]string{
+		"fetch":    {{}, {}},
+		"profile":  {{"fetch"}, {"geo"}},
+		"geo":      {{"fetch"}, {"profile"}},
+		"validate": {{"profile", "geo"}, {}},
+	}
+	for _, st := range m.Steps {
+		w := want[st.Name]
+		if !slices.Equal(st.After, w[0]) || !slices.Equal(st.Beside, w[1]) {
+			t.Errorf("%s: after %v beside %v, want after %v beside %v", st.Name, st.After, st.Beside, w[0], w[1])
+		}
+	}
+	var b bytes.Buffer
+	if err := m.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	var js struct {
+		Steps []struct {
+			Name   string   `json:"name"`
+			After  []string `json:"after"`
+			Beside []string `json:"beside"`
+		} `json:"steps"`
+	}
+	raw, _ := json.Marshal(m)
+	if err := json.Unmarshal(raw, &js); err != nil || js.Steps[3].Name != "validate" || !slices.Equal(js.Steps[3].After, []string{"profile", "geo"}) || js.Steps[0].Beside == nil {
+		t.Errorf("the map's JSON steps %+v (%v): want validate after profile and geo, and beside always a list", js.Steps, err)
+	}
+}

@@ -29,6 +29,10 @@ func (m Map) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "\n%d. %s\n", st.N, st.Name)
 		row := func(label, value string) { fmt.Fprintf(tw, "   %s\t%s\n", label, value) }
 		row("kind", kind(st))
+		row("runs after", or(strings.Join(st.After, ", "), "nothing: it starts the run"))
+		if len(st.Beside) > 0 {
+			row("runs beside", strings.Join(st.Beside, ", ")+": side by side, each checkpointed on its own; a failure in one repeats none of the others")
+		}
 		row("checkpoint", or(st.Checkpoint, "none: nothing saved, it is redone whenever needed"))
 		row("outside effects", effectsText(st))
 		row("safe to repeat", safeText(st))

@@ -186,22 +186,10 @@ func (d Definition) Validate() error {
 // checkSideBySide refuses a leased step that may run at the same time as another step: a run
 // has one lease, and its holder alone writes the record while it holds it.
 func (d Definition) checkSideBySide() []error {
-	g := d.Graph()
-	if g == nil {
-		return nil
-	}
-	up := ancestors(d.Names(), g)
 	var errs []error
-	for i, s := range d.Steps {
-		if !s.Leased {
-			continue
-		}
-		for j, o := range d.Steps {
-			if i == j || up[s.Name][o.Name] || up[o.Name][s.Name] {
-				continue
-			}
-			errs = append(errs, fmt.Errorf("step %q takes the run's lease and may run beside step %q (neither waits for the other): a step that runs beside another must be lease-free", s.Name, o.Name))
-			break
+	for _, s := range d.Steps {
+		if beside := d.Beside(s.Name); s.Leased && len(beside) > 0 {
+			errs = append(errs, fmt.Errorf("step %q takes the run's lease and may run beside step %q (neither waits for the other): a step that runs beside another must be lease-free", s.Name, beside[0]))
 		}
 	}
 	return errs
@@ -225,6 +213,37 @@ func (d Definition) Graph() map[string][]string {
 		}
 	}
 	return g
+}
+
+// Waits are the steps the named step waits for: its After, or the step declared before it.
+func (d Definition) Waits(name string) []string {
+	i := slices.IndexFunc(d.Steps, func(s Step) bool { return s.Name == name })
+	switch {
+	case i < 0:
+		return nil
+	case d.Steps[i].After != nil:
+		return slices.Clone(d.Steps[i].After)
+	case i > 0:
+		return []string{d.Steps[i-1].Name}
+	}
+	return []string{}
+}
+
+// Beside are the steps that may run at the same time as the named one: neither waits for
+// the other, directly or through others. None when the steps run one after another.
+func (d Definition) Beside(name string) []string {
+	g := d.Graph()
+	if g == nil {
+		return nil
+	}
+	up := ancestors(d.Names(), g)
+	var out []string
+	for _, o := range d.Names() {
+		if o != name && !up[name][o] && !up[o][name] {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // ancestors is, for each step of order, the set of steps it waits for directly or through

@@ -312,6 +312,10 @@ func (r *Runner) applyCommit(n *kc.Record, a *Attempt, res *Result, o outputs) {
 	s.Output = o.output
 	s.Token = &token
 	s.FinishedAt = &finished
+	if s.StartedAt == nil { // a lease-free step's: its attempt began with no write
+		began := a.began.UTC().Format(time.RFC3339Nano)
+		s.StartedAt = &began
+	}
 	s.Versions = r.versions()
 	if res.Versions != (kc.Versions{}) {
 		s.Versions = res.Versions
