@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/pkg/app"
+	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/runner"
@@ -47,16 +48,21 @@ func output(v any) *runner.Result {
 // have started: run one after another, the first would wait in vain and hand the run over.
 // right fails its first attempt; join and final count their attempts.
 type fanSteps struct {
-	mu                sync.Mutex
-	started           map[string]bool
-	all               chan struct{}
-	rightFailed       atomic.Bool
-	joins, finals     atomic.Int32
-	branchesBeforeAll atomic.Int32
+	mu            sync.Mutex
+	started       map[string]bool
+	all           chan struct{}
+	rightFailed   atomic.Bool
+	rightFailure  func(error) error // how right's first attempt fails: runner.Temporary or runner.Permanent
+	joins, finals atomic.Int32
+	runs          map[string]*atomic.Int32 // each branch's attempts that got past the start
 }
 
-func newFanSteps() *fanSteps {
-	return &fanSteps{started: map[string]bool{}, all: make(chan struct{})}
+func newFanSteps(rightFailure func(error) error) *fanSteps {
+	f := &fanSteps{started: map[string]bool{}, all: make(chan struct{}), rightFailure: rightFailure, runs: map[string]*atomic.Int32{}}
+	for _, b := range []string{"left", "middle", "right"} {
+		f.runs[b] = &atomic.Int32{}
+	}
+	return f
 }
 
 func (f *fanSteps) branch(name string) runner.Step {
@@ -76,8 +82,9 @@ func (f *fanSteps) branch(name string) runner.Step {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+		f.runs[name].Add(1)
 		if name == "right" && f.rightFailed.CompareAndSwap(false, true) {
-			return nil, runner.Temporary(errors.New("right: the API timed out"))
+			return nil, f.rightFailure(errors.New("right: the API timed out"))
 		}
 		b, err := a.Input(ctx, "split")
 		if err != nil {
@@ -129,36 +136,9 @@ func (f *fanSteps) steps() map[string]runner.Step {
 // fails is retried alone: the run ends done, each step verified once, the join's input the
 // three branches' outputs.
 func TestFanOutAndJoin(t *testing.T) {
-	dir := t.TempDir()
-	srv, err := app.Embedded("fan", "127.0.0.1", -1, filepath.Join(dir, "nats"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js, f := hostFan(t, runner.Temporary)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-
-	f := newFanSteps()
-	cfg := app.Config{JS: js, KeysDir: filepath.Join(dir, "keys"), Pipeline: fan, Steps: f.steps()}
-	if err := app.Init(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	running, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- app.Run(running, cfg) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
-
 	if err := app.Start(ctx, js, "fan", "fan-1", map[string]any{"word": "cairn"}); err != nil {
 		t.Fatal(err)
 	}
@@ -169,13 +149,7 @@ func TestFanOutAndJoin(t *testing.T) {
 	if rec.Status != kc.Done {
 		t.Fatalf("run %s, next action %q; want done", rec.Status, rec.NextAction)
 	}
-	var joined []string
-	if err := json.Unmarshal(rec.Steps["final"].Output.Inline, &joined); err != nil {
-		t.Fatalf("final's output %s: %v", rec.Steps["final"].Output.Inline, err)
-	}
-	if want := []string{"left:cairn", "middle:cairn", "right:cairn"}; !slices.Equal(joined, want) {
-		t.Errorf("final's output %v, want %v", joined, want)
-	}
+	checkJoined(t, rec)
 	if j, fl := f.joins.Load(), f.finals.Load(); j != 1 || fl != 1 {
 		t.Errorf("join ran %d times, final %d; want once each", j, fl)
 	}
@@ -190,6 +164,121 @@ func TestFanOutAndJoin(t *testing.T) {
 	if want := kc.Graph(fan.Graph()); !equalGraph(rec.After, want) {
 		t.Errorf("the record's after = %v, want %v", rec.After, want)
 	}
+}
+
+// A branch that fails for good hands the run over while the branches beside it finish and
+// keep their checkpoints; a resume runs that branch alone, then the join. A rerun from one
+// branch runs it and the steps after it again, not the branches beside it.
+func TestFanOutBranchResumedAndRerun(t *testing.T) {
+	js, f := hostFan(t, runner.Permanent)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if err := app.Start(ctx, js, "fan", "fan-2", map[string]any{"word": "rock"}); err != nil {
+		t.Fatal(err)
+	}
+	store, err := kc.Open(ctx, js, "cairn-fan-runs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := waitRecord(ctx, t, store, "fan-2", "handed over, left and middle verified", func(r *kc.Record) bool {
+		return r.Status == kc.HandedOver && r.Steps["left"].Status == kc.Verified && r.Steps["middle"].Status == kc.Verified
+	})
+	if s := rec.Steps["right"].Status; s != kc.Failed || rec.Steps["join"].Status != kc.Pending || f.joins.Load() != 0 {
+		t.Fatalf("handed over with right %s, join %s (ran %d times); want failed, pending, never", s, rec.Steps["join"].Status, f.joins.Load())
+	}
+	if err := app.Command(ctx, js, "fan", "fan-2", events.VerbResume, "resume-1", events.Command{}); err != nil {
+		t.Fatal(err)
+	}
+	rec = waitRecord(ctx, t, store, "fan-2", "done", func(r *kc.Record) bool { return r.Status == kc.Done })
+	checkJoined(t, rec)
+	runs := func() [5]int32 {
+		return [5]int32{f.runs["left"].Load(), f.runs["middle"].Load(), f.runs["right"].Load(), f.joins.Load(), f.finals.Load()}
+	}
+	if got, want := runs(), [5]int32{1, 1, 2, 1, 1}; got != want {
+		t.Fatalf("after the resume, left, middle, right, join, final ran %v times; want %v", got, want)
+	}
+	tokens := map[string]uint64{"left": *rec.Steps["left"].Token, "right": *rec.Steps["right"].Token}
+
+	if err := app.Command(ctx, js, "fan", "fan-2", events.VerbRerun, "rerun-1", events.Command{From: "middle"}); err != nil {
+		t.Fatal(err)
+	}
+	rec = waitRecord(ctx, t, store, "fan-2", "done again, generation 1", func(r *kc.Record) bool { return r.Status == kc.Done && r.Generation == 1 })
+	if got, want := runs(), [5]int32{1, 2, 2, 2, 2}; got != want {
+		t.Errorf("after the rerun from middle, left, middle, right, join, final ran %v times; want %v", got, want)
+	}
+	for s, tok := range tokens {
+		if got := *rec.Steps[s].Token; got != tok {
+			t.Errorf("%s's checkpoint was replaced (token %d, was %d): a rerun from middle redid a branch beside it", s, got, tok)
+		}
+	}
+	checkJoined(t, rec)
+}
+
+func checkJoined(t *testing.T, rec *kc.Record) {
+	t.Helper()
+	var joined []string
+	if err := json.Unmarshal(rec.Steps["final"].Output.Inline, &joined); err != nil {
+		t.Fatalf("final's output %s: %v", rec.Steps["final"].Output.Inline, err)
+	}
+	word := rec.Params.String("word")
+	if want := []string{"left:" + word, "middle:" + word, "right:" + word}; !slices.Equal(joined, want) {
+		t.Errorf("final's output %v, want %v", joined, want)
+	}
+}
+
+// waitRecord reads run's record until ok holds, or fails the test naming what it waited for.
+func waitRecord(ctx context.Context, t *testing.T, store *kc.Store, run, what string, ok func(*kc.Record) bool) *kc.Record {
+	t.Helper()
+	var last *kc.Record
+	for {
+		if rec, _, err := store.Load(ctx, run); err == nil {
+			last = rec
+			if ok(rec) {
+				return rec
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s never %s; last record: %+v", run, what, last)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// hostFan runs fan on an embedded NATS until the test ends; right's first attempt fails
+// with rightFailure.
+func hostFan(t *testing.T, rightFailure func(error) error) (jetstream.JetStream, *fanSteps) {
+	t.Helper()
+	dir := t.TempDir()
+	srv, err := app.Embedded("fan", "127.0.0.1", -1, filepath.Join(dir, "nats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+
+	f := newFanSteps(rightFailure)
+	cfg := app.Config{JS: js, KeysDir: filepath.Join(dir, "keys"), Pipeline: fan, Steps: f.steps()}
+	if err := app.Init(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	running, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- app.Run(running, cfg) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	return js, f
 }
 
 func equalGraph(a, b kc.Graph) bool {

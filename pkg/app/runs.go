@@ -45,6 +45,39 @@ func Start(ctx context.Context, js jetstream.JetStream, name, runID string, inpu
 	return nil
 }
 
+// Command sends a command to pipeline name's run runID, as `cairn resume`, `cairn rerun
+// --from`, `cairn cancel` and `cairn undo` do: verb is one of events.VerbResume, VerbRerun,
+// VerbCancel, VerbUndo, VerbApprove, VerbReject, and c its arguments (From for a rerun,
+// AfterFix for a resume, Scope for an undo). requestID names the command: sending it again
+// with the same id does it once. It returns once the command's stream has it; the supervisor
+// (or the compensator, for an undo) carries it out, and Wait follows the run.
+func Command(ctx context.Context, js jetstream.JetStream, name, runID, verb, requestID string, c events.Command) error {
+	sp, err := assets.SpaceOf(name)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", verb, runID, err)
+	}
+	typ, ok := events.CommandType(verb)
+	if !ok || verb == events.VerbStart {
+		return fmt.Errorf("%s %s: no such command (Start starts a run)", verb, runID)
+	}
+	if requestID == "" {
+		return fmt.Errorf("%s %s: a command needs a request id, so that sending it twice does it once", verb, runID)
+	}
+	c.RequestID = requestID
+	e, err := events.New(requestID, typ, "/cairn/app", runID, time.Now(), c)
+	if err != nil {
+		return err
+	}
+	m, err := events.Encode(sp.Run(runID, verb), e)
+	if err != nil {
+		return err
+	}
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("%s %s: %w", verb, runID, err)
+	}
+	return nil
+}
+
 // Ended reports whether a run's status is one it stays in until a person acts: done,
 // handed over, undone or cancelled.
 func Ended(s kc.Status) bool {
