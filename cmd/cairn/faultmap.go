@@ -10,10 +10,14 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/internal/service"
 	"github.com/cairnhq/cairn/pkg/app"
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/faultmap"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
 	"github.com/cairnhq/cairn/pkg/runner"
 )
@@ -33,7 +37,8 @@ func runFaultmap(w io.Writer, args []string) error {
 func runFaultmapCtx(ctx context.Context, w io.Writer, args []string) error {
 	fs := flag.NewFlagSet("faultmap", flag.ContinueOnError)
 	raw := fs.Bool("json", false, "print one JSON object: {pipeline, settings, steps, gaps}")
-	other := fs.String("pipeline", "", "the map of another pipeline than the night, as its Init (pkg/app) registered it on CAIRN_NATS_URL (connects to NATS)")
+	other := fs.String("pipeline", "", "the map of another pipeline than the night, as its Init (pkg/app) registered it on CAIRN_NATS_URL (connects to NATS), with what its recent runs show")
+	recent := fs.Int("runs", 50, "with --pipeline: how many of the latest runs' records to time each step by (0: none)")
 	approval := fs.String("approval-steps", "", "comma-separated steps that wait for a person, in place of CAIRN_APPROVAL_STEPS: shows what that setting would change")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -42,7 +47,10 @@ func runFaultmapCtx(ctx context.Context, w io.Writer, args []string) error {
 		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
 	if *other != "" && *other != night.Pipeline.Name {
-		return registeredFaultmap(ctx, w, *other, *raw)
+		if *recent < 0 {
+			return fmt.Errorf("%w: --runs %d: give 0 or more", errUsage, *recent)
+		}
+		return registeredFaultmap(ctx, w, *other, *raw, *recent)
 	}
 	cfg, err := service.Load()
 	if err != nil {
@@ -144,7 +152,7 @@ func writeMapJSON(w io.Writer, m faultmap.Map) error {
 }
 
 // registeredFaultmap prints the map of pipeline name as registered on CAIRN_NATS_URL.
-func registeredFaultmap(ctx context.Context, w io.Writer, name string, raw bool) error {
+func registeredFaultmap(ctx context.Context, w io.Writer, name string, raw bool, recent int) error {
 	_, nc, js, err := connect("faultmap")
 	if err != nil {
 		return err
@@ -158,6 +166,13 @@ func registeredFaultmap(ctx context.Context, w io.Writer, name string, raw bool)
 	if err != nil {
 		return err
 	}
+	if recent > 0 {
+		recs, err := latestRuns(ctx, js, reg, recent)
+		if err != nil {
+			return err
+		}
+		m.Observe(recs)
+	}
 	if raw {
 		return writeMapJSON(w, m)
 	}
@@ -165,4 +180,29 @@ func registeredFaultmap(ctx context.Context, w io.Writer, name string, raw bool)
 		return fmt.Errorf("writing the fault map: %w", err)
 	}
 	return m.Err()
+}
+
+// latestRuns reads the records of pipeline reg's n latest runs (by created_at), skipping any
+// it cannot trust.
+func latestRuns(ctx context.Context, js jetstream.JetStream, reg app.Registration, n int) ([]*kc.Record, error) {
+	sp, err := reg.Space()
+	if err != nil {
+		return nil, err
+	}
+	store, err := kc.Open(ctx, js, sp.Bucket(assets.BucketRuns))
+	if err != nil {
+		return nil, fmt.Errorf("the runs of %s: %w", reg.Name, err)
+	}
+	lister, err := store.KV().ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the runs of %s: %w", reg.Name, err)
+	}
+	var recs []*kc.Record
+	for key := range lister.Keys() {
+		if rec, _, err := store.Load(ctx, key); err == nil {
+			recs = append(recs, rec)
+		}
+	}
+	slices.SortFunc(recs, func(a, b *kc.Record) int { return strings.Compare(b.CreatedAt, a.CreatedAt) })
+	return recs[:min(n, len(recs))], nil
 }

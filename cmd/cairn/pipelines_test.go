@@ -87,6 +87,32 @@ func TestInitAndRunsOfRegisteredPipelines(t *testing.T) {
 		t.Errorf("an unregistered pipeline: %v, want a usage error", err)
 	}
 
+	// cairn faultmap --pipeline times each step by the pipeline's recent runs.
+	var fm bytes.Buffer
+	if err := runFaultmapCtx(ctx, &fm, []string{"--pipeline", "copy", "--json"}); err != nil {
+		t.Fatalf("faultmap --pipeline copy: %v", err)
+	}
+	var m struct {
+		RunsRead int `json:"runs_read"`
+		Steps    []struct {
+			Name     string `json:"name"`
+			Observed *struct {
+				Runs  int   `json:"runs"`
+				MaxMS int64 `json:"max_ms"`
+			} `json:"observed"`
+		} `json:"steps"`
+	}
+	if err := json.Unmarshal(fm.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.RunsRead != 1 || len(m.Steps) != 2 || m.Steps[0].Observed == nil || m.Steps[1].Observed == nil || m.Steps[1].Observed.Runs != 1 {
+		t.Errorf("faultmap --pipeline copy read %d runs, steps %+v; want 1 run timing both steps", m.RunsRead, m.Steps)
+	}
+	fm.Reset()
+	if err := runFaultmapCtx(ctx, &fm, []string{"--pipeline", "copy", "--runs", "0", "--json"}); err != nil || bytes.Contains(fm.Bytes(), []byte(`"runs_read": 1`)) {
+		t.Errorf("faultmap --runs 0 (%v) read runs:\n%s", err, fm.String())
+	}
+
 	// status and timeline find the run in its pipeline's space, and not in the night's.
 	for _, cmd := range []func(context.Context, []string) error{cmdStatus, cmdTimeline} {
 		if err := cmd(ctx, []string{"--pipeline", "copy", "r-1"}); err != nil {

@@ -82,6 +82,8 @@ type Map struct {
 	Settings Settings  `json:"settings"`
 	Steps    []StepMap `json:"steps"`
 	Gaps     []Gap     `json:"gaps"`
+	// RunsRead is how many recent runs' records Observe read (0: none were).
+	RunsRead int `json:"runs_read"`
 }
 
 // StepMap is one step's line of the map: its definition, as the map reads it, with the
@@ -107,6 +109,8 @@ type StepMap struct {
 	// Drift is when the step checks the run's source (pipeline.Step.ChecksSource, as the
 	// runner reads it): "source" for the step that reads it, "after a break", or "".
 	Drift string `json:"drift"`
+	// Observed is what recent runs showed of the step (Observe); nil when none verified it.
+	Observed *Observed `json:"observed"`
 }
 
 // GapKind names a kind of gap.

@@ -8,9 +8,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/pkg/faultmap"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
@@ -475,5 +477,52 @@ func TestMapShowsTheGraph(t *testing.T) {
 	raw, _ := json.Marshal(m)
 	if err := json.Unmarshal(raw, &js); err != nil || js.Steps[3].Name != "validate" || !slices.Equal(js.Steps[3].After, []string{"profile", "geo"}) || js.Steps[0].Beside == nil {
 		t.Errorf("the map's JSON steps %+v (%v): want validate after profile and geo, and beside always a list", js.Steps, err)
+	}
+}
+
+// Observe times each step by the records of recent runs: the median and the longest of its
+// verified attempts, and the attempts that failed or restarted; a crash of a step that
+// saves only at its commit loses up to the longest.
+func TestObserveRecentRuns(t *testing.T) {
+	t.Parallel()
+	d := pipeline.Definition{Name: "two", Steps: []pipeline.Step{
+		{Name: "read", Kind: pipeline.SourceRead},
+		{Name: "ask", Kind: pipeline.ModelCall, Effects: "a paid call", Memo: "<run>.<item>"},
+	}}
+	m, err := faultmap.Analyze(d, defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(id string, readMS, askMS int, askAttempts int) *kc.Record {
+		r := kc.New(id, kc.StringParams(false, "x", "1"), d.Names(), "2026-12-03T10:00:00Z")
+		for name, took := range map[string]int{"read": readMS, "ask": askMS} {
+			s := r.Step(name)
+			s.Status = kc.Verified
+			s.StartedAt = kc.Ptr("2026-12-03T10:00:00Z")
+			s.FinishedAt = kc.Ptr(time.Date(2026, 12, 3, 10, 0, 0, took*1_000_000, time.UTC).Format(time.RFC3339Nano))
+		}
+		r.Step("ask").Attempts = askAttempts
+		return r
+	}
+	pending := kc.New("r-4", kc.StringParams(false, "x", "1"), d.Names(), "2026-12-03T10:00:00Z")
+	m.Observe([]*kc.Record{run("r-1", 100, 2000, 0), run("r-2", 300, 5000, 2), run("r-3", 200, 1000, 0), pending})
+	if m.RunsRead != 4 {
+		t.Errorf("runs read %d, want 4", m.RunsRead)
+	}
+	want := map[string]faultmap.Observed{
+		"read": {Runs: 3, MedianMS: 200, MaxMS: 300},
+		"ask":  {Runs: 3, MedianMS: 2000, MaxMS: 5000, Retried: 2},
+	}
+	for _, st := range m.Steps {
+		if st.Observed == nil || *st.Observed != want[st.Name] {
+			t.Errorf("%s observed %+v, want %+v", st.Name, st.Observed, want[st.Name])
+		}
+	}
+	var b bytes.Buffer
+	if err := m.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "up to 300ms, its attempt so far") {
+		t.Errorf("the map does not say a crash of read loses up to 300ms:\n%s", b.String())
 	}
 }

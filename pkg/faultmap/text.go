@@ -43,6 +43,10 @@ func (m Map) WriteText(w io.Writer) error {
 		row("rate limit", rateText(st.Retry))
 		row("approval", approvalText(st.Approval))
 		row("source drift", driftText(st.Drift))
+		if m.RunsRead > 0 {
+			row("recent runs", observedText(st.Observed, m.RunsRead))
+		}
+		row("a crash loses", lossText(st))
 	}
 	if len(m.Gaps) == 0 {
 		fmt.Fprintln(tw, "\ngaps: none")
@@ -53,6 +57,13 @@ func (m Map) WriteText(w io.Writer) error {
 		}
 	}
 	return tw.Flush()
+}
+
+func observedText(o *Observed, read int) string {
+	if o == nil {
+		return fmt.Sprintf("not verified in any of the %d runs read", read)
+	}
+	return fmt.Sprintf("took %s (the median of %d runs), %s at most; %d attempts failed or restarted", ms(o.MedianMS), o.Runs, ms(o.MaxMS), o.Retried)
 }
 
 func kind(st StepMap) string {
