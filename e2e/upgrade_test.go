@@ -198,7 +198,7 @@ func atBoundary(t *testing.T, rec *kc.Record) {
 	t.Helper()
 	at := rec.Index(job.PostLedger)
 	if rec.RunID != runID || rec.Status != kc.Running || rec.Lease != nil || at < 0 || rec.Current() != job.PostLedger ||
-		rec.Step(job.PostLedger).Status != kc.Pending || !rec.EarlierVerified(job.PostLedger) || rec.StockSnapshot == nil {
+		rec.Step(job.PostLedger).Status != kc.Pending || !rec.EarlierVerified(job.PostLedger) || rec.Snapshot == nil {
 		b, _ := json.Marshal(rec)
 		t.Fatalf("the record is not at the boundary after compare (verified up to compare, post-ledger pending, no lease): %s", b)
 	}
@@ -216,7 +216,7 @@ func objectNames(rec *kc.Record) []string {
 		add(rec.Step(name).Output)
 		add(rec.Step(name).ParkedArtifact)
 	}
-	add(rec.StockSnapshot)
+	add(rec.Snapshot)
 	return names
 }
 

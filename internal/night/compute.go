@@ -89,7 +89,7 @@ func (s compareStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result
 	// A rerun keeps the snapshot (and the shadow levels) of the night's first compare: the
 	// stock has moved since, by this run's own adjustments. It sets the matches against the
 	// snapshot's receipts, as Verify does: the stock is read once a night.
-	first := a.Generation == 0 || a.Record().StockSnapshot == nil
+	first := a.Generation == 0 || a.Record().Snapshot == nil
 	var rc []recon.Receipt
 	if first {
 		var err error

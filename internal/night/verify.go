@@ -334,7 +334,7 @@ func (s matchStep) Verify(ctx context.Context, a *runner.Attempt, r *runner.Resu
 }
 
 // savedSnapshot decodes the snapshot compare saved: this attempt's (r.Snapshot, read back
-// from the store) or the run's stock_snapshot, kept from the night's first compare.
+// from the store) or the run's snapshot, kept from the night's first compare.
 func savedSnapshot(ctx context.Context, a *runner.Attempt, r *runner.Result, snap *snapshot) error {
 	b := []byte(nil)
 	if r != nil {

@@ -236,7 +236,7 @@ func stepRoomBySize(r *Record, step string) (int, bool) {
 	if r.SourceFingerprint == nil {
 		n += c.grownLen(nil, fingerprint) - len("null")
 	}
-	if r.StockSnapshot == nil {
+	if r.Snapshot == nil {
 		n += c.outputLen(objectPointer(r.RunID, longest)) - len("null")
 	}
 	n += c.leaseLen(projectLease(r.Lease, longest)) - c.leaseLen(r.Lease)
@@ -360,8 +360,8 @@ func projectFullest(p *Record, ahead []string, others bool) {
 	if p.SourceFingerprint == nil {
 		p.SourceFingerprint = grow(nil, fingerprint)
 	}
-	if p.StockSnapshot == nil {
-		p.StockSnapshot = objectPointer(p.RunID, longest)
+	if p.Snapshot == nil {
+		p.Snapshot = objectPointer(p.RunID, longest)
 	}
 	p.Lease = projectLease(p.Lease, longest)
 	// The loop guard's count, written when a step restarts or fails.

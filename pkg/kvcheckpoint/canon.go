@@ -31,8 +31,8 @@ type canonical struct {
 	names  []string // scratch for sorting step names, and params' member names before them
 	hasSum bool
 	hasSig bool
-	sumAt  int // canonicalRecord: where "sum" goes in out, between stock_snapshot and undo
-	sigAt  int // canonicalRecord: where "sig" goes in out, between schema and source_fingerprint
+	sumAt  int // canonicalRecord: where "sum" goes in out, between steps and undo
+	sigAt  int // canonicalRecord: where "sig" goes in out, between schema and snapshot
 	// canonicalRecord: embedded JSON values (inline outputs, undo scopes) whose canonical
 	// form in out differs from how encoding/json stores them, to be stored as it would.
 	verbatim []span

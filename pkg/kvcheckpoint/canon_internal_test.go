@@ -116,7 +116,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	r.Approval = &Approval{Step: "b", PlanDigest: "p", By: Ptr("asha")}
 	r.Undo = &Undo{RequestID: "u", Scope: json.RawMessage(`{"supplier":"SUP-07"}`), Total: 4, PreviousStatus: Running}
 	r.Handover, r.SourceFingerprint = Ptr("h"), Ptr("sha256:1")
-	r.StockSnapshot = &Output{Object: "s", Digest: "d", Size: 1}
+	r.Snapshot = &Output{Object: "s", Digest: "d", Size: 1}
 	r.AddRequest("start-1")
 	for _, rec := range []*Record{r, New("run-2", StringParams(false), nil, "")} {
 		b, err := Encode(rec)
@@ -179,7 +179,7 @@ func fuzzRecord(s1, s2, s3 string, n1, n2 int64, raw []byte) *Record {
 	r.Epoch, r.Status, r.NextAction, r.UpdatedAt = s3, Status(s1), s2+s3, s1+s2
 	r.Restarts, r.Generation, r.Schema = int(n1), int(n2), int(n1^n2)
 	r.SourceFingerprint, r.Handover = Ptr(s2), Ptr(s3)
-	r.StockSnapshot = &Output{Object: s1, Digest: s2, Size: n2}
+	r.Snapshot = &Output{Object: s1, Digest: s2, Size: n2}
 	r.Lease = &Lease{Owner: s1, OwnerInbox: s2, Token: uint64(n1), Step: s3, WriteID: s1}
 	r.Requests = []string{s1, s2}
 	r.Approval = &Approval{Step: s1, PlanDigest: s2, By: Ptr(s3)}

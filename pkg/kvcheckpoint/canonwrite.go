@@ -66,14 +66,14 @@ func (c *canonical) canonicalRecord(r *Record) (ok bool) {
 	*w = append(*w, `,"schema":`...)
 	ok = c.int(int64(r.Schema)) && ok
 	c.sigAt = len(*w)
+	*w = append(*w, `,"snapshot":`...)
+	ok = c.output(r.Snapshot) && ok
 	*w = append(*w, `,"source_fingerprint":`...)
 	c.strPtr(r.SourceFingerprint)
 	*w = append(*w, `,"status":`...)
 	c.string(string(r.Status))
 	*w = append(*w, `,"steps":`...)
 	ok = c.steps(r.Steps) && ok
-	*w = append(*w, `,"stock_snapshot":`...)
-	ok = c.output(r.StockSnapshot) && ok
 	c.sumAt = len(*w)
 	*w = append(*w, `,"undo":`...)
 	if u := r.Undo; u == nil {

@@ -14,7 +14,7 @@ func TestCloneIsDeep(t *testing.T) {
 	r := fullRecord()
 	r.Sig = &identity.Sig{By: "post-ledger", Sig: "c2ln"}
 	// Every output both inline and an object, so that every field is set.
-	r.StockSnapshot.Inline = json.RawMessage(`{"a":1}`)
+	r.Snapshot.Inline = json.RawMessage(`{"a":1}`)
 	full := r.Step("fetch")
 	full.ParkedArtifact.Inline = json.RawMessage(`[]`)
 	full.Output.Object = "run-2026-10-13-ldh/fetch/5f1c"

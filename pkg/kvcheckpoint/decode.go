@@ -48,8 +48,8 @@ func decodeRecord(b []byte) (*Record, bool) {
 			ok = d.steps(&r.Steps)
 		case "source_fingerprint":
 			ok = d.strPtr(&r.SourceFingerprint)
-		case "stock_snapshot":
-			ok = d.output(&r.StockSnapshot)
+		case "snapshot", legacySnapshot:
+			ok = d.output(&r.Snapshot)
 		case "lease":
 			ok = d.lease(&r.Lease)
 		case "next_action":

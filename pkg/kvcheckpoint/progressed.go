@@ -29,7 +29,7 @@ func sameProgress(x, y *Record) bool {
 		x.Epoch == y.Epoch && x.Status == y.Status && slices.Equal(x.Pipeline, y.Pipeline) &&
 		maps.EqualFunc(x.After, y.After, slices.Equal) && (x.After == nil) == (y.After == nil) &&
 		maps.EqualFunc(x.Steps, y.Steps, sameStep) && eqPtr(x.SourceFingerprint, y.SourceFingerprint) &&
-		sameOutput(x.StockSnapshot, y.StockSnapshot) && sameLease(x.Lease, y.Lease) && x.NextAction == y.NextAction &&
+		sameOutput(x.Snapshot, y.Snapshot) && sameLease(x.Lease, y.Lease) && x.NextAction == y.NextAction &&
 		x.Restarts == y.Restarts && x.Generation == y.Generation && slices.Equal(x.Requests, y.Requests) &&
 		sameApproval(x.Approval, y.Approval) && eqPtr(x.Handover, y.Handover) && sameUndo(x.Undo, y.Undo) &&
 		slices.EqualFunc(x.Commands, y.Commands, sameCommand) && eqPtr(x.Progress, y.Progress)

@@ -55,7 +55,7 @@ type Record struct {
 	ProgressedAt      string           `json:"progressed_at"` // schema 4: the run's last progress, by the writer's clock
 	Steps             map[string]*Step `json:"steps"`
 	SourceFingerprint *string          `json:"source_fingerprint"`
-	StockSnapshot     *Output          `json:"stock_snapshot"`
+	Snapshot          *Output          `json:"snapshot"` // schema 5; earlier schemas named it for the night
 	Lease             *Lease           `json:"lease"`
 	NextAction        string           `json:"next_action"`
 	Restarts          int              `json:"restarts"`
@@ -229,7 +229,7 @@ func (r *Record) Clone() *Record {
 	}
 	c.Params = r.Params.Clone()
 	c.SourceFingerprint = clonePtr(r.SourceFingerprint)
-	c.StockSnapshot = r.StockSnapshot.clone()
+	c.Snapshot = r.Snapshot.clone()
 	c.Lease = clonePtr(r.Lease)
 	c.Requests = slices.Clone(r.Requests)
 	if a := r.Approval; a != nil {

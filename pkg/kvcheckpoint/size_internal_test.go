@@ -93,7 +93,7 @@ func randomRecord(rng *rand.Rand) *Record {
 		r.Undo = &Undo{RequestID: "u", Scope: json.RawMessage(`{"steps": ["a", "b"]}`), Total: 3}
 	}
 	if rng.IntN(3) == 0 {
-		r.StockSnapshot = &Output{Inline: inline(), Digest: "SHA-256=s", Size: 10}
+		r.Snapshot = &Output{Inline: inline(), Digest: "SHA-256=s", Size: 10}
 	}
 	r.NextAction = text(rng.IntN(MaxNextAction))
 	return r
@@ -285,7 +285,7 @@ func TestStepRoomBySize(t *testing.T) {
 			r.SourceFingerprint = Ptr("sha256:" + strings.Repeat("f", rng.IntN(80)))
 		}
 		if rng.IntN(3) == 0 {
-			r.StockSnapshot = &Output{Object: r.RunID + "/stock/" + strings.Repeat("a", rng.IntN(70)), Digest: "SHA-256=s", Size: 10}
+			r.Snapshot = &Output{Object: r.RunID + "/stock/" + strings.Repeat("a", rng.IntN(70)), Digest: "SHA-256=s", Size: 10}
 		}
 		r.Restarts, r.Generation = rng.IntN(20_000_000), rng.IntN(20_000_000)
 		r.Status = statuses[rng.IntN(len(statuses))]

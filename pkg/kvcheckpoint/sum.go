@@ -89,6 +89,9 @@ func Decode(b []byte) (*Record, error) {
 			}
 			return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 		}
+		if err := oldSnapshot(b, r); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
 	}
 	if err := checkSchema(r); err != nil {
 		return nil, err

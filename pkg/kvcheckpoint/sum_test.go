@@ -26,7 +26,7 @@ func fullRecord() *kc.Record {
 	r.UpdatedAt = "2026-10-14T01:02:03.456Z"
 	r.Status = kc.WaitingApproval
 	r.SourceFingerprint = kc.Ptr("sha256:5f1c")
-	r.StockSnapshot = &kc.Output{Object: "run-2026-10-13-ldh/compare/77ab", Digest: "SHA-256=d9", Size: 9120}
+	r.Snapshot = &kc.Output{Object: "run-2026-10-13-ldh/compare/77ab", Digest: "SHA-256=d9", Size: 9120}
 	r.Lease = &kc.Lease{Owner: ownerA.Name, OwnerInbox: ownerA.Inbox, Token: 1876, Step: "post-ledger", WriteID: "w-19c2"}
 	r.NextAction = "post 40 ledger adjustments for run-2026-10-13-ldh, then update stock"
 	r.Restarts = 1
@@ -110,7 +110,7 @@ func sorted(s ...string) []string { return slices.Sorted(slices.Values(s)) }
 // field is always present, null or empty when it has no value.
 func TestEncodeFieldsOfDesign(t *testing.T) {
 	recordKeys := sorted("schema", "run_id", "params", "created_at", "epoch", "status", "pipeline", "steps",
-		"source_fingerprint", "stock_snapshot", "lease", "next_action", "restarts", "generation", "requests",
+		"source_fingerprint", "snapshot", "lease", "next_action", "restarts", "generation", "requests",
 		"approval", "handover", "undo", "commands", "updated_at", "progressed_at", "progress", "after", "sum")
 	stepKeys := sorted("status", "attempts", "started_at", "finished_at", "output", "input_fingerprint", "versions",
 		"token", "effects", "parked", "parked_count", "parked_artifact", "last_error")
@@ -125,7 +125,7 @@ func TestEncodeFieldsOfDesign(t *testing.T) {
 		if got := keys(t, b); !slices.Equal(got, recordKeys) {
 			t.Fatalf("record members = %v, want %v", got, recordKeys)
 		}
-		for _, k := range []string{"source_fingerprint", "stock_snapshot", "lease", "approval", "handover", "undo", "progress", "after"} {
+		for _, k := range []string{"source_fingerprint", "snapshot", "lease", "approval", "handover", "undo", "progress", "after"} {
 			if string(rec[k]) != "null" {
 				t.Errorf("%s = %s, want null", k, rec[k])
 			}
@@ -167,12 +167,12 @@ func TestEncodeFieldsOfDesign(t *testing.T) {
 		}
 		rec := members(t, b)
 		for k, want := range map[string][]string{
-			"params":         sorted("warehouse", "date", "shadow"),
-			"lease":          sorted("owner", "owner_inbox", "token", "step", "write_id"),
-			"approval":       sorted("step", "plan_digest", "since", "by", "at"),
-			"progress":       sorted("step", "count", "no_progress"),
-			"undo":           sorted("request_id", "scope", "cursor", "reversed", "total", "previous_status"),
-			"stock_snapshot": sorted("object", "digest", "size"),
+			"params":   sorted("warehouse", "date", "shadow"),
+			"lease":    sorted("owner", "owner_inbox", "token", "step", "write_id"),
+			"approval": sorted("step", "plan_digest", "since", "by", "at"),
+			"progress": sorted("step", "count", "no_progress"),
+			"undo":     sorted("request_id", "scope", "cursor", "reversed", "total", "previous_status"),
+			"snapshot": sorted("object", "digest", "size"),
 		} {
 			if got := keys(t, rec[k]); !slices.Equal(got, want) {
 				t.Errorf("%s members = %v, want %v", k, got, want)

@@ -19,7 +19,29 @@ var upgrades = [Schema]func(r *Record){
 	1: func(r *Record) { r.UpdatedAt = r.CreatedAt }, // 1→2: updated_at, not known before: the creation
 	2: func(r *Record) { r.Commands = []Command{} },  // 2→3: commands; none waited before
 	3: upgrade3,                                      // 3→4: progressed_at, approval.since, progress
-	4: func(*Record) {},                              // 4→5: after; null, each step after the one before, as all ran
+	4: func(*Record) {},                              // 4→5: after (null: each step after the one before, as all ran); snapshot, read from its old name
+}
+
+// legacySnapshot is the member that held the run's snapshot before schema 5: the reference
+// night's name for it, which a record of an earlier schema still carries. Schema 5 calls
+// it snapshot; both decoders read the old name into Snapshot.
+const legacySnapshot = "stock_snapshot"
+
+// oldSnapshot reads the snapshot of a record of an earlier schema that encoding/json
+// decoded (it knows only the new name) into r.
+func oldSnapshot(b []byte, r *Record) error {
+	if r.Schema >= 5 || r.Snapshot != nil {
+		return nil
+	}
+	var old map[string]json.RawMessage
+	if err := json.Unmarshal(b, &old); err != nil {
+		return err
+	}
+	raw, ok := old[legacySnapshot]
+	if !ok {
+		return nil
+	}
+	return json.Unmarshal(raw, &r.Snapshot)
 }
 
 // checkSchema upgrades a decoded record of an earlier schema in memory; a record of a later

@@ -53,6 +53,9 @@ func asSchema1(t *testing.T, r *kc.Record) []byte {
 	}
 	return resealed(t, b, func(m map[string]json.RawMessage) {
 		m["schema"] = json.RawMessage("1")
+		m["stock_snapshot"] = m["snapshot"] // its name before schema 5
+		delete(m, "snapshot")
+		delete(m, "after")
 		delete(m, "updated_at")
 		delete(m, "progressed_at")
 		delete(m, "progress")
@@ -95,6 +98,13 @@ func TestDecodeSchema1Upgrades(t *testing.T) {
 				t.Fatalf("not a schema-1 record: %s", b)
 			}
 			want.Schema, want.UpdatedAt, want.Commands, want.ProgressedAt = kc.Schema, want.CreatedAt, []kc.Command{}, want.CreatedAt
+			var old struct {
+				Snapshot *kc.Output `json:"stock_snapshot"`
+			}
+			if err := json.Unmarshal(b, &old); err != nil || old.Snapshot == nil {
+				t.Fatalf("the schema-1 record's stock_snapshot: %v (%s)", err, b)
+			}
+			want.Snapshot = old.Snapshot
 			if want.Approval != nil {
 				want.Approval.Since = want.CreatedAt
 			}
@@ -317,5 +327,20 @@ func TestStoreNewerSchema(t *testing.T) {
 	e, err := f.kv.Get(ctx, "run-1")
 	if err != nil || e.Revision() != rev || e.Operation() != jetstream.KeyValuePut || !bytes.Equal(e.Value(), newer) {
 		t.Errorf("the newer record was written: revision %d (%v), want %d unchanged", e.Revision(), err, rev)
+	}
+}
+
+// A record of an earlier schema that only encoding/json decodes (here an escape the fast
+// decoder leaves to it) keeps its snapshot, stored under its old name.
+func TestOldSnapshotThroughTheSlowDecoder(t *testing.T) {
+	b := resealed(t, asSchema1(t, fullRecord()), func(m map[string]json.RawMessage) {
+		m["next_action"] = json.RawMessage(`"caf\u00e9 \ud83d\ude00"`)
+	})
+	got, err := kc.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Snapshot == nil || got.Snapshot.Object != fullRecord().Snapshot.Object || got.NextAction != "café 😀" {
+		t.Fatalf("decoded snapshot %+v, next action %q; want %+v", got.Snapshot, got.NextAction, fullRecord().Snapshot)
 	}
 }

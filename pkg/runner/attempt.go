@@ -75,14 +75,14 @@ func (a *Attempt) InputRef(step string) (*kvcheckpoint.Output, error) {
 	return s.Output, nil
 }
 
-// Snapshot loads the run's saved snapshot (stock_snapshot), read as an input named
-// "stock_snapshot".
+// Snapshot loads the run's saved snapshot (the record's snapshot), read as an input named
+// "snapshot".
 func (a *Attempt) Snapshot(ctx context.Context) ([]byte, error) {
-	if a.rec.StockSnapshot == nil {
+	if a.rec.Snapshot == nil {
 		return nil, fmt.Errorf("run %q has no snapshot", a.RunID)
 	}
-	a.read(snapshotInput, a.rec.StockSnapshot.Digest)
-	return a.r.cfg.Artifacts.Load(ctx, a.rec.StockSnapshot)
+	a.read(snapshotInput, a.rec.Snapshot.Digest)
+	return a.r.cfg.Artifacts.Load(ctx, a.rec.Snapshot)
 }
 
 // Intents are the first intents the step's attempts recorded on CAIRN_SAGA, by key

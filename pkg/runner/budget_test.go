@@ -119,7 +119,7 @@ func TestRecordBudgetKeepsRoomForAFailure(t *testing.T) {
 	if objects == 0 {
 		t.Errorf("every output is inline (%d): the record kept no budget", inline)
 	}
-	if got, err := arts.Load(ctx, rec.StockSnapshot); err != nil || string(got) != string(nearKiB("snapshot", 0)) {
+	if got, err := arts.Load(ctx, rec.Snapshot); err != nil || string(got) != string(nearKiB("snapshot", 0)) {
 		t.Errorf("snapshot: %d bytes (%v)", len(got), err)
 	}
 	ex := rec.Step("extract")

@@ -16,7 +16,7 @@ import (
 // returns: the input fingerprint and the intents without an outcome.
 
 // snapshotInput names the run's snapshot among an attempt's inputs.
-const snapshotInput = "stock_snapshot"
+const snapshotInput = "snapshot"
 
 // inputRead is one input an attempt read: an earlier step's output, or the snapshot.
 type inputRead struct{ name, digest string }
@@ -32,7 +32,7 @@ func (a *Attempt) read(name, digest string) {
 
 // inputFingerprint is every step's input_fingerprint: "sha256:" and the hex sha256 of the
 // run's params, the earlier outputs the attempt read (step name and output digest, in the
-// order first read; the snapshot as "stock_snapshot"), and what the step itself says it read
+// order first read; the snapshot as "snapshot"), and what the step itself says it read
 // from outside (Result.InputFingerprint, such as the digest of the documents fetch listed),
 // folded in rather than kept alone so that the field means one thing for every step. Two
 // attempts that read the same things have the same fingerprint.

@@ -345,7 +345,7 @@ func (r *Runner) applyCommit(n *kc.Record, a *Attempt, res *Result, o outputs) {
 		n.SourceFingerprint = &res.SourceFingerprint
 	}
 	if o.snapshot != nil {
-		n.StockSnapshot = o.snapshot
+		n.Snapshot = o.snapshot
 	}
 	next := n.Next(a.Step)
 	switch {

@@ -62,7 +62,7 @@ type Result struct {
 	Parked            []kvcheckpoint.Parked // every parked item; the record lists the first 20
 	Items             int                   // items the step handled, for the park limit
 	SourceFingerprint string                // the source step sets the run's fingerprint
-	Snapshot          json.RawMessage       // a snapshot step's saved read (stock_snapshot)
+	Snapshot          json.RawMessage       // a snapshot step's saved read (the record's snapshot)
 	NextAction        string
 	// Basis is what the step read and Verify checks the stored output against (a source
 	// step's listing, as read); it is never stored.
