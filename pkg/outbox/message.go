@@ -55,6 +55,10 @@ const maxKeyLen = 512
 // idPattern is DESIGN.md's rule for run ids, step names and other subject tokens.
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
+// Validate is nil when m may be queued; else one sentence per broken rule, wrapped in
+// ErrInvalid: what Queue refuses m for.
+func (m Message) Validate() error { return m.validate() }
+
 // validate returns one sentence per broken rule, wrapped in ErrInvalid.
 func (m Message) validate() error {
 	var problems []string
