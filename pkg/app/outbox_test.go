@@ -389,3 +389,68 @@ func TestOutboxPermissions(t *testing.T) {
 		t.Errorf("the pipeline's services were refused: %v", refused)
 	}
 }
+
+// Attempt.Queue checks every message before it queues any: a key that does not begin with
+// the run id, a message naming another run, or one that breaks outbox.Message's own rules
+// is refused (outbox.ErrInvalid, naming the key), and nothing is queued.
+func TestAttemptQueueRefusesBadMessages(t *testing.T) {
+	js := natsFor(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var n atomic.Int32
+	cfg := notes(js, "bad", filepath.Join(t.TempDir(), "keys"), "127.0.0.1:1", &n)
+	got := make(chan error, 1)
+	cfg.Steps["notify"] = stepFunc(func(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+		good := outbox.Message{Key: a.RunID + ":note:a", Kind: "note", From: noteFrom, To: []string{"a@example.com"}, Subject: "Note a"}
+		noRun, otherRun, noTo := good, good, good
+		noRun.Key = "note:b"
+		otherRun.Key, otherRun.RunID = a.RunID+":note:c", "r-2"
+		noTo.Key, noTo.To = a.RunID+":note:d", nil
+		select {
+		case got <- a.Queue(ctx, good, noRun, otherRun, noTo):
+		default:
+		}
+		return output("checked"), nil
+	})
+	if err := app.Init(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	running, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- app.Run(running, cfg) }()
+	if err := app.Start(ctx, js, "bad", "r-1", map[string]any{"items": "a"}); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	select {
+	case err = <-got:
+	case <-ctx.Done():
+		t.Fatal("the step never ran")
+	}
+	if !errors.Is(err, outbox.ErrInvalid) {
+		t.Fatalf("Queue: %v, want outbox.ErrInvalid", err)
+	}
+	for _, want := range []string{`"note:b": key does not begin with the run id`, `"r-1:note:c": run_id "r-2" is not the attempt's run`, `"r-1:note:d": to names nobody`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Queue: %v; want it to say %s", err, want)
+		}
+	}
+	if _, err := app.Wait(ctx, js, "bad", "r-1"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, assets.MustSpace("bad").Stream(assets.StreamOutbox))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 0 {
+		t.Errorf("the outbox holds %d messages, want none: a refused batch queues nothing", info.State.Msgs)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
