@@ -125,11 +125,11 @@ func EventID(m Message) string {
 }
 
 // Queue publishes m as a CloudEvent (TypeOutbox, source "/cairn/<m.Step>") on
-// events.OutboxSubject(m.RunID, m.Kind) (with In, the space's outbox subject) with Nats-Msg-Id = EventID(m), and waits for the
-// PubAck. A duplicate ack is success when the stored copy is the same message (the same
-// [Digest]): it is already queued. A stored copy with another payload under the key is
-// idempotency.ErrConflict naming the key and both digests, and m is not queued: the stream
-// would have dropped it.
+// events.OutboxSubject(m.RunID, m.Kind) (with In, the space's: assets.Space.Outbox) with
+// Nats-Msg-Id = EventID(m), and waits for the PubAck. A duplicate ack is success when the
+// stored copy is the same message (the same [Digest]): it is already queued. A stored copy
+// with another payload under the key is idempotency.ErrConflict naming the key and both
+// digests, and m is not queued: the stream would have dropped it.
 //
 // A restart's copy has another Msg-Id (a higher token), so the stream cannot compare it with
 // the dead attempt's; the caller compares it with what it recorded before (the saga intent's
