@@ -7,6 +7,10 @@
 // repeat harmless) and one runner.Step per step. Everything else (checkpoints, leases,
 // fencing tokens, memoised calls, the saga of outside writes, handovers) is the framework's.
 //
+// A step sends a message through the pipeline's outbox (runner.Attempt.Queue); the outbox
+// sender, a service of its own when Config.Outbox says how messages go out, delivers each
+// once and moves the finishing run to done when its last message is sent.
+//
 // One process may run every service (Run with no names) or one (Run with its name), so each
 // step scales on its own. Several pipelines share one NATS account: each has its own
 // assets.Space, named after it (streams CAIRN_<NAME>_*, buckets cairn-<name>-*, subjects
@@ -23,15 +27,19 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/audit"
+	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/faults"
 	"github.com/cairnhq/cairn/pkg/identity"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/metrics"
+	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
 	"github.com/cairnhq/cairn/pkg/runner"
@@ -40,6 +48,11 @@ import (
 
 // Supervisor is the supervisor's service name (and its signing key's).
 const Supervisor = "supervisor"
+
+// OutboxSender is the outbox sender's service name (and its signing key's): the name whose
+// records the checkpoints take for the sender's (kvcheckpoint.DefaultRoles), so that a run
+// it makes done reads as the sender's move.
+const OutboxSender = "outbox-sender"
 
 // Config is a pipeline and how its services run.
 type Config struct {
@@ -62,6 +75,25 @@ type Config struct {
 	Concurrency   int           // messages each step runner handles at once; default 1
 	StopGrace     time.Duration // default 10s
 
+	// Outbox is the pipeline's outbox sender, which delivers the messages its steps queue
+	// (runner.Attempt.Queue) once each: its Transport (outbox.SMTPTransport{Addr: ...}, an
+	// outbox.WebhookTransport, both through outbox.Routed) and its Allow (the From its
+	// messages are sent as, the recipients and the webhook they may go to) are required; the
+	// rest as outbox.SenderConfig says. nil: no sender runs, and a run whose steps queued
+	// messages stays finishing until OutboxStall hands it over naming them.
+	//
+	// JS, Space, Stream, Consumer and Bucket are the pipeline's: leave them zero. Run fills
+	// Logger and Faults from this Config when nil, admits a message by the run's record
+	// (outbox.RecordAdmission) and checks who queued it by the space's keys (outbox.Trust)
+	// unless Admit or Trust is set, records a refused or rejected message on the space's
+	// timeline before calling Refused or Rejected, and moves a finishing run to done once its
+	// last message is marked sent (after calling Marked). Set it before Init, which makes the
+	// sender's signing key.
+	Outbox *outbox.SenderConfig
+	// OutboxStall hands over a finishing run whose messages are still undelivered this long
+	// after its last progress; default 15m.
+	OutboxStall time.Duration
+
 	// Limits are the shared rate limits the steps declare (pipeline.Step.RateLimit), by the
 	// name of the setting that declares each: Init registers them for the fault map.
 	Limits map[string]ratelimit.Limit
@@ -72,8 +104,15 @@ type Config struct {
 	Now     func() time.Time
 }
 
-// Services are the pipeline's services: its steps, in order, and the supervisor.
-func (c Config) Services() []string { return append(c.Pipeline.Names(), Supervisor) }
+// Services are the pipeline's services: its steps, in order, the supervisor, and the outbox
+// sender when the pipeline has one (Outbox).
+func (c Config) Services() []string {
+	out := append(c.Pipeline.Names(), Supervisor)
+	if c.Outbox != nil {
+		out = append(out, OutboxSender)
+	}
+	return out
+}
 
 // Space is the pipeline's share of the NATS account, named after it (assets.SpaceOf); an
 // invalid name is reported by Init and Run.
@@ -102,6 +141,19 @@ func (c Config) validate(withSteps bool) error {
 	}
 	if c.KeysDir == "" {
 		errs = append(errs, errors.New("no KeysDir for the services' signing seeds"))
+	}
+	for _, name := range []string{Supervisor, OutboxSender} {
+		if _, ok := c.Pipeline.Step(name); ok {
+			errs = append(errs, fmt.Errorf("step %q has the name of a service of the framework's (%s, %s)", name, Supervisor, OutboxSender))
+		}
+	}
+	if o := c.Outbox; o != nil {
+		if o.JS != nil || !o.Space.IsDefault() || o.Stream != "" || o.Consumer != "" || o.Bucket != "" {
+			errs = append(errs, errors.New("Outbox: JS, Space, Stream, Consumer and Bucket are the pipeline's own: leave them zero"))
+		}
+		if o.Transport == nil {
+			errs = append(errs, errors.New("Outbox: no Transport (an outbox.SMTPTransport, a WebhookTransport or both through outbox.Routed)"))
+		}
 	}
 	if !withSteps {
 		return errors.Join(errs...)
@@ -179,9 +231,12 @@ func Run(ctx context.Context, c Config, services ...string) error {
 	for _, s := range services {
 		g.Go(func() error {
 			var err error
-			if s == Supervisor {
+			switch s {
+			case Supervisor:
 				err = h.runSupervisor(gctx)
-			} else {
+			case OutboxSender:
+				err = h.runOutbox(gctx)
+			default:
 				err = h.runStep(gctx, s)
 			}
 			if err != nil {
@@ -233,11 +288,9 @@ func (h *host) runStep(ctx context.Context, step string) error {
 		StepName: step, Step: c.Steps[step], Heartbeat: c.Heartbeat, Lease: c.Lease, TakeoverGap: c.TakeoverGap,
 		RetryAttempts: c.RetryAttempts, LoopGuard: c.LoopGuard, Concurrency: c.Concurrency, StopGrace: c.StopGrace,
 		Faults: c.Faults, Now: c.Now, Metrics: c.Metrics, Logger: c.Logger.With(slog.String("service", step)),
-		Finishing: func(ctx context.Context, runID string) {
-			if _, err := supervisor.Settle(ctx, c.JS, c.Space(), store, h.marks, runID, c.Now); err != nil {
-				c.Logger.Warn("settling run", slog.String("run_id", runID), slog.Any("error", err))
-			}
-		},
+		// A run whose steps queued no message is done at once; one with messages stays
+		// finishing until the outbox sender marks the last of them sent (runOutbox).
+		Finishing: h.settleAs(store),
 	})
 	if err != nil {
 		return err
@@ -250,11 +303,87 @@ func (h *host) runSupervisor(ctx context.Context) error {
 	s, err := supervisor.New(supervisor.Config{
 		JS: c.JS, Space: c.Space(), Store: h.store.As(h.signers[Supervisor]), Approvers: h.ring, Marks: h.marks, Handovers: h.handovers,
 		NaturalKeys: h.natural, Pipeline: c.Pipeline, Lease: c.Lease, Heartbeat: c.Heartbeat, TakeoverGap: c.TakeoverGap,
-		StallTimeout: c.StallTimeout, Now: c.Now, Metrics: c.Metrics, Faults: c.Faults,
+		StallTimeout: c.StallTimeout, OutboxStall: c.OutboxStall, Now: c.Now, Metrics: c.Metrics, Faults: c.Faults,
 		Logger: c.Logger.With(slog.String("service", Supervisor)),
 	})
 	if err != nil {
 		return err
 	}
 	return s.Run(ctx)
+}
+
+// settleAs moves a finishing run to done, by store's signer, once none of its messages is
+// left to deliver (supervisor.Settle).
+func (h *host) settleAs(store *kc.Store) func(ctx context.Context, runID string) {
+	c := h.c
+	return func(ctx context.Context, runID string) {
+		if _, err := supervisor.Settle(ctx, c.JS, c.Space(), store, h.marks, runID, c.Now); err != nil {
+			c.Logger.Warn("settling run", slog.String("run_id", runID), slog.Any("error", err))
+		}
+	}
+}
+
+// runOutbox runs the pipeline's outbox sender on its space's outbox (Config.Outbox).
+func (h *host) runOutbox(ctx context.Context) error {
+	c := h.c
+	oc := *c.Outbox
+	oc.JS, oc.Space = c.JS, c.Space()
+	if oc.Logger == nil {
+		oc.Logger = c.Logger.With(slog.String("service", OutboxSender))
+	}
+	if oc.Faults == nil {
+		oc.Faults = c.Faults
+	}
+	if oc.Timeout == 0 && c.AckWait > 0 {
+		// A turn ends well inside the durable's ack wait, so a delivery that hangs is given
+		// up by this sender, never handed to a second one while it still runs.
+		oc.Timeout = c.AckWait * 2 / 3
+	}
+	if oc.Admit == nil {
+		oc.Admit = outbox.RecordAdmission(h.store)
+	}
+	if oc.Trust == nil {
+		oc.Trust = &outbox.Trust{Ring: h.ring}
+	}
+	timeline := audit.New(c.JS, OutboxSender, c.Now).In(c.Space())
+	settle := h.settleAs(h.store.As(h.signers[OutboxSender]))
+	marked, refused, rejected := oc.Marked, oc.Refused, oc.Rejected
+	oc.Marked = func(ctx context.Context, runID string) {
+		if marked != nil {
+			marked(ctx, runID)
+		}
+		settle(ctx, runID)
+	}
+	// The supervisor hands the run over naming the message and this error.
+	oc.Refused = func(ctx context.Context, m outbox.Message, err error) {
+		_ = timeline.Record(ctx, events.AuditItemID(m.RunID, m.Step, supervisor.EventOutboxRefused, m.Token, m.Key, int(m.Requeue)),
+			events.Audit{RunID: m.RunID, Step: m.Step, Event: supervisor.EventOutboxRefused, Token: m.Token, Item: m.Key, Detail: clip(err.Error(), 400)})
+		if refused != nil {
+			refused(ctx, m, err)
+		}
+	}
+	oc.Rejected = func(ctx context.Context, m jetstream.Msg, reason error) {
+		var seq uint64
+		if meta, err := m.Metadata(); err == nil {
+			seq = meta.Sequence.Stream
+		}
+		stream := c.Space().Stream(assets.StreamOutbox)
+		nm := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
+		_ = timeline.Reject(ctx, events.RejectedID(stream, seq), "", events.NewRejected(stream, seq, nm, reason.Error()))
+		if rejected != nil {
+			rejected(ctx, m, reason)
+		}
+	}
+	s, err := outbox.NewSender(oc)
+	if err != nil {
+		return fmt.Errorf("Outbox: %w", err)
+	}
+	return s.Run(ctx)
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
 }

@@ -10,10 +10,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/faults"
 )
 
-// Names of the framework's outbox assets (DESIGN.md, "NATS resources").
+// Names of the framework's outbox assets in the default space (DESIGN.md, "NATS
+// resources"); a hosted pipeline's are its space's (SenderConfig.Space).
 const (
 	DefaultStream   = "CAIRN_OUTBOX"
 	DefaultConsumer = "outbox-sender"
@@ -45,10 +47,14 @@ type SenderConfig struct {
 	JS        jetstream.JetStream
 	Transport Transport
 	Logger    *slog.Logger
-	Stream    string        // default "CAIRN_OUTBOX"
-	Consumer  string        // default "outbox-sender"
-	Bucket    string        // default "cairn-outbox-sent"
-	Timeout   time.Duration // one message, delivery included; default DefaultHandleTimeout
+	// Space is whose outbox the sender consumes: the zero Space is the reference night's
+	// (CAIRN_OUTBOX, cairn-outbox-sent); a hosted pipeline's is its own
+	// (CAIRN_<NAME>_OUTBOX, cairn-<name>-outbox-sent), whose messages Queue puts there with In.
+	Space    assets.Space
+	Stream   string        // default the space's outbox stream: "CAIRN_OUTBOX" in the default space
+	Consumer string        // default "outbox-sender", a durable on Stream
+	Bucket   string        // default the space's marks bucket: "cairn-outbox-sent" in the default space
+	Timeout  time.Duration // one message, delivery included; default DefaultHandleTimeout
 	// MaxBackoff caps the wait between two tries of a message that failed for now (the
 	// waits grow from 100 ms by doubling, ±10%: RetryPolicy); default DefaultMaxBackoff.
 	MaxBackoff time.Duration
@@ -85,9 +91,9 @@ type SenderConfig struct {
 }
 
 func (c SenderConfig) withDefaults() SenderConfig {
-	c.Stream = cmp.Or(c.Stream, DefaultStream)
-	c.Consumer = cmp.Or(c.Consumer, DefaultConsumer)
-	c.Bucket = cmp.Or(c.Bucket, DefaultBucket)
+	c.Stream = cmp.Or(c.Stream, c.Space.Stream(assets.StreamOutbox))
+	c.Consumer = cmp.Or(c.Consumer, assets.ConsumerOutbox)
+	c.Bucket = cmp.Or(c.Bucket, c.Space.Bucket(assets.BucketOutbox))
 	c.Timeout = cmp.Or(c.Timeout, DefaultHandleTimeout)
 	c.MaxBackoff = cmp.Or(c.MaxBackoff, DefaultMaxBackoff)
 	c.Workers = cmp.Or(c.Workers, DefaultWorkers)

@@ -9,6 +9,11 @@
 // after a crash queues nothing new. Keys are built from ids only
 // (<run_id>:report, <run_id>:notice:<id>, ...), never from time or attempts.
 //
+// Those are the default space's names (the reference night's). A pipeline hosted in its own
+// assets.Space queues with [In] (cairn.<name>.outbox.<run_id>.<kind>, on CAIRN_<NAME>_OUTBOX),
+// and its sender, with [SenderConfig].Space, consumes that stream and marks in
+// cairn-<name>-outbox-sent; a step queues through runner.Attempt.Queue, which does both.
+//
 // A [Sender] consumes the stream (durable outbox-sender) and hands each message to a
 // [Transport]: [FileTransport] writes <hex sha256 of key>.eml files, [SMTPTransport]
 // talks to a local relay. [Render] makes the bytes, and makes the same bytes for the

@@ -55,6 +55,10 @@ const maxKeyLen = 512
 // idPattern is DESIGN.md's rule for run ids, step names and other subject tokens.
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
+// Validate is nil when m may be queued; else one sentence per broken rule, wrapped in
+// ErrInvalid: what Queue refuses m for.
+func (m Message) Validate() error { return m.validate() }
+
 // validate returns one sentence per broken rule, wrapped in ErrInvalid.
 func (m Message) validate() error {
 	var problems []string
@@ -121,17 +125,18 @@ func EventID(m Message) string {
 }
 
 // Queue publishes m as a CloudEvent (TypeOutbox, source "/cairn/<m.Step>") on
-// events.OutboxSubject(m.RunID, m.Kind) with Nats-Msg-Id = EventID(m), and waits for the
-// PubAck. A duplicate ack is success when the stored copy is the same message (the same
-// [Digest]): it is already queued. A stored copy with another payload under the key is
-// idempotency.ErrConflict naming the key and both digests, and m is not queued: the stream
-// would have dropped it.
+// events.OutboxSubject(m.RunID, m.Kind) (with In, the space's: assets.Space.Outbox) with
+// Nats-Msg-Id = EventID(m), and waits for the PubAck. A duplicate ack is success when the
+// stored copy is the same message (the same [Digest]): it is already queued. A stored copy
+// with another payload under the key is idempotency.ErrConflict naming the key and both
+// digests, and m is not queued: the stream would have dropped it.
 //
 // A restart's copy has another Msg-Id (a higher token), so the stream cannot compare it with
 // the dead attempt's; the caller compares it with what it recorded before (the saga intent's
 // digest) before calling Queue.
 //
-// With SignedBy, the message carries its queuer's signature (trust.go).
+// With SignedBy, the message carries its queuer's signature (trust.go). With In, it is
+// queued on the space's outbox, which only a sender of that space (SenderConfig.Space) reads.
 func Queue(ctx context.Context, js jetstream.JetStream, m Message, opts ...QueueOption) error {
 	var o queueOptions
 	for _, opt := range opts {
@@ -144,7 +149,7 @@ func Queue(ctx context.Context, js jetstream.JetStream, m Message, opts ...Queue
 	if err != nil {
 		return fmt.Errorf("building outbox event %q: %w", m.Key, err)
 	}
-	msg, err := events.Encode(events.OutboxSubject(m.RunID, m.Kind), e)
+	msg, err := events.Encode(o.space.Outbox(m.RunID, m.Kind), e)
 	if err != nil {
 		return fmt.Errorf("encoding outbox event %q: %w", m.Key, err)
 	}

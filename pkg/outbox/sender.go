@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/consume"
 	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/faults"
@@ -123,7 +124,7 @@ func (s *Sender) Handle(ctx context.Context, msg jetstream.Msg) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.c.Timeout)
 	defer cancel()
 
-	if m, err = decode(msg); err != nil {
+	if m, err = decode(s.c.Space, msg); err != nil {
 		return s.reject(ctx, msg, err)
 	}
 	if err := s.c.Trust.check(ctx, msg, m); errors.Is(err, ErrForged) {
@@ -359,8 +360,8 @@ func (s *Sender) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	return kv, nil
 }
 
-// decode turns a stream message back into the Message that Queue published.
-func decode(msg jetstream.Msg) (Message, error) {
+// decode turns a stream message back into the Message that Queue published in space sp.
+func decode(sp assets.Space, msg jetstream.Msg) (Message, error) {
 	e, err := events.Decode(&nats.Msg{Subject: msg.Subject(), Header: msg.Headers(), Data: msg.Data()})
 	if err != nil {
 		return Message{}, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -378,7 +379,7 @@ func decode(msg jetstream.Msg) (Message, error) {
 	if e.ID != EventID(m) || e.Subject != m.RunID {
 		return Message{}, fmt.Errorf("%w: event %q of run %q carries message %q of run %q", ErrInvalid, e.ID, e.Subject, m.Key, m.RunID)
 	}
-	if want := events.OutboxSubject(m.RunID, m.Kind); msg.Subject() != want {
+	if want := sp.Outbox(m.RunID, m.Kind); msg.Subject() != want {
 		return Message{}, fmt.Errorf("%w: message %q arrived on %q, not %q", ErrInvalid, m.Key, msg.Subject(), want)
 	}
 	return m, nil

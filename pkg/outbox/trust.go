@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/identity"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
@@ -108,7 +109,16 @@ func (t *Trust) check(ctx context.Context, msg jetstream.Msg, m Message) error {
 // QueueOption says how Queue queues.
 type QueueOption func(*queueOptions)
 
-type queueOptions struct{ signer *identity.Signer }
+type queueOptions struct {
+	signer *identity.Signer
+	space  assets.Space
+}
+
+// In queues in space sp (a hosted pipeline's own outbox: its stream CAIRN_<NAME>_OUTBOX,
+// subjects cairn.<name>.outbox.<run_id>.<kind>), not the default space's.
+func In(sp assets.Space) QueueOption {
+	return func(o *queueOptions) { o.space = sp }
+}
 
 // SignedBy signs the message as sg (nil: unsigned).
 func SignedBy(sg *identity.Signer) QueueOption {
