@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/pkg/app"
+	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/assets"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/outbox"
@@ -452,5 +453,60 @@ func TestAttemptQueueRefusesBadMessages(t *testing.T) {
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A note the sender refuses (its recipient not allowed) hands the run over; once the allow
+// list takes it, a resume queues the undelivered note again in the pipeline's own outbox,
+// and it is sent once.
+func TestOutboxRefusedThenResumed(t *testing.T) {
+	js := natsFor(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	mb := startMailbox(t)
+	var attempts atomic.Int32
+	attempts.Store(1) // no injected failure: notify queues all three at once
+	cfg := notes(js, "refusals", filepath.Join(t.TempDir(), "keys"), mb.addr, &attempts)
+	var allowB atomic.Bool
+	cfg.Outbox.Allow.Mail = func(kind, to string) bool {
+		return kind == "note" && strings.HasSuffix(to, "@example.com") && (to != "b@example.com" || allowB.Load())
+	}
+	if err := app.Init(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	running, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- app.Run(running, cfg) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := app.Start(ctx, js, "refusals", "r-1", map[string]any{"items": "a,b,c"}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := app.Wait(ctx, js, "refusals", "r-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Status != kc.HandedOver {
+		t.Fatalf("r-1 is %s (%s), want handed over for the refused note", rec.Status, rec.NextAction)
+	}
+	allowB.Store(true)
+	if err := app.Command(ctx, js, "refusals", "r-1", events.VerbResume, "resume-1", events.Command{}); err != nil {
+		t.Fatal(err)
+	}
+	store, err := kc.Open(ctx, js, assets.MustSpace("refusals").Bucket(assets.BucketRuns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRecord(ctx, t, store, "r-1", "done after the resume", func(r *kc.Record) bool { return r.Status == kc.Done })
+	outboxSettled(ctx, t, js, "refusals")
+	got := mb.counts()
+	for _, k := range []string{"r-1:note:a", "r-1:note:b", "r-1:note:c"} {
+		if got[k] != 1 {
+			t.Errorf("the relay received %s %d times, want once (all: %v)", k, got[k], got)
+		}
 	}
 }

@@ -145,7 +145,7 @@ func Requeue(ctx context.Context, js jetstream.JetStream, sp assets.Space, store
 		}
 		m := p.Message
 		m.Requeue = rev
-		if err := outbox.Queue(ctx, js, m, outbox.SignedBy(store.Signer())); err != nil {
+		if err := outbox.Queue(ctx, js, m, outbox.SignedBy(store.Signer()), outbox.In(sp)); err != nil {
 			return keys, fmt.Errorf("queueing %q again: %w", m.Key, err)
 		}
 		keys = append(keys, m.Key)
