@@ -28,8 +28,6 @@ type together struct {
 	done bool
 }
 
-var enrichAPIs = []string{stubapi.APIProfile, stubapi.APIGeo, stubapi.APIRisk}
-
 func newTogether() *together {
 	return &together{held: map[string]int{}, met: make(chan struct{})}
 }
@@ -97,7 +95,7 @@ func TestEnrichmentSideBySide(t *testing.T) {
 	}
 	j.checkOnce(rec, map[string]map[string]int{stubapi.APIRisk: {"rec-0007": 4}})
 	c := j.apis.Counts()
-	for _, api := range enrichAPIs {
+	for _, api := range enrichSteps {
 		if got, want := c.Calls[api], len(j.records)+map[string]int{stubapi.APIRisk: 4}[api]; got != want {
 			t.Errorf("the %s API had %d calls, want %d", api, got, want)
 		}
