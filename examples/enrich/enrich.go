@@ -1,12 +1,20 @@
 // Package enrich is a long job of someone else's, put on Cairn with the public API alone
 // (it imports nothing of Cairn's internal packages): fetch records from a file, enrich each
-// from three HTTP APIs side by side (a slow one, a rate-limited one, one that times out),
-// validate, transform, and upload each to an outside system that enforces an idempotency
-// key and a fencing token.
+// from three HTTP APIs in three steps that run side by side (profile: slow; geo:
+// rate-limited; risk: times out on some records), validate the records once all three
+// are verified, transform, and upload each to an outside system that enforces an
+// idempotency key and a fencing token.
+//
+//	fetch ─┬─ profile ─┬─ validate ── transform ── upload
+//	       ├─ geo ─────┤
+//	       └─ risk ────┘
 //
 // What Cairn gives it, with nothing written by hand for it:
 //   - every step's output is a verified checkpoint, so a restart resumes at the step that
-//     failed and repeats none before it;
+//     failed and repeats none before it, nor any beside it: when risk fails, profile and
+//     geo, verified on their own, are not run again;
+//   - the three enrichment steps wait only for fetch (pipeline.Step.After), so they run at
+//     once, lease-free, and validate runs once, when the last of them is verified;
 //   - every API answer is memoised (Attempt.Memo), so an answer received once is never
 //     asked for again, and no rate limit is burnt twice;
 //   - every upload is keyed and fenced (Attempt.Keyed with pkg/httpidem's client), so a
@@ -30,10 +38,13 @@ import (
 	"github.com/cairnhq/cairn/pkg/pipeline"
 )
 
-// The job's steps, in order.
+// The job's steps, in the order declared: profile, geo and risk run side by side after
+// fetch, validate after the three.
 const (
 	Fetch     = "fetch"
-	Enrich    = "enrich"
+	Profile   = "profile"
+	Geo       = "geo"
+	Risk      = "risk"
 	Validate  = "validate"
 	Transform = "transform"
 	Upload    = "upload"
@@ -65,15 +76,29 @@ var Pipeline = pipeline.Definition{
 			Checkpoint: "the records read, with the file's sha256: the source fingerprint upload checks after a break",
 		},
 		{
-			Name: Enrich, Kind: pipeline.ModelCall, Leased: true, Recovery: "each answer memoised; a record answered once is never asked again",
-			Checkpoint:  "every answer word for word (cairn-enrich-memo), then the enriched records",
-			Effects:     "three API calls per record, side by side: profile (slow), geo (rate-limited), risk (times out on some records)",
-			Memo:        "cairn-enrich-memo, key <run>.<api>.<record id>, read before the call, saved with Create; the call is on the timeline (memo.called) before it is made",
+			Name: Profile, Kind: pipeline.ModelCall, After: []string{Fetch}, Recovery: "each answer memoised; a record answered once is never asked again",
+			Checkpoint:  "every answer word for word (cairn-enrich-memo), then each record's segment",
+			Effects:     "one call per record to the profile API (slow), beside geo and risk",
+			Memo:        "cairn-enrich-memo, key <run>.profile.<record id>, read before the call, saved with Create; the call is on the timeline (memo.called) before it is made",
+			ItemRetries: true,
+		},
+		{
+			Name: Geo, Kind: pipeline.ModelCall, After: []string{Fetch}, Recovery: "each answer memoised; a record answered once is never asked again, so no rate limit is burnt twice",
+			Checkpoint:  "every answer word for word (cairn-enrich-memo), then each record's region and timezone",
+			Effects:     "one call per record to the geo API (rate-limited: 429 with Retry-After, held for every instance), beside profile and risk",
+			Memo:        "cairn-enrich-memo, key <run>.geo.<record id>, read before the call, saved with Create; the call is on the timeline (memo.called) before it is made",
 			ItemRetries: true, RateLimit: RateSetting,
 		},
 		{
-			Name: Validate, Kind: pipeline.Compute, Recovery: "recomputed from the saved enrichment",
-			Checkpoint: "the valid records; each invalid one parked with its reason",
+			Name: Risk, Kind: pipeline.ModelCall, After: []string{Fetch}, Recovery: "each answer memoised; a record answered once is never asked again; a retry resumes at the record that timed out, profile and geo untouched",
+			Checkpoint:  "every answer word for word (cairn-enrich-memo), then each record's score",
+			Effects:     "one call per record to the risk API (times out on some records), beside profile and geo",
+			Memo:        "cairn-enrich-memo, key <run>.risk.<record id>, read before the call, saved with Create; the call is on the timeline (memo.called) before it is made",
+			ItemRetries: true,
+		},
+		{
+			Name: Validate, Kind: pipeline.Compute, After: []string{Profile, Geo, Risk}, Recovery: "recomputed from the saved records and enrichments",
+			Checkpoint: "the records enriched from the three steps' outputs, the valid ones; each invalid one parked with its reason",
 		},
 		{
 			Name: Transform, Kind: pipeline.Compute, Recovery: "recomputed from the saved valid records",

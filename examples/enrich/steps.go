@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/cairnhq/cairn/examples/enrich/records"
 	"github.com/cairnhq/cairn/pkg/assets"
@@ -52,8 +51,29 @@ func Steps(ctx context.Context, js jetstream.JetStream, c Config) (map[string]ru
 		return nil, err
 	}
 	return map[string]runner.Step{
-		Fetch:     fetchStep{},
-		Enrich:    enrichStep{c: c, geo: geo},
+		Fetch: fetchStep{},
+		Profile: apiStep[records.Profile]{api: Profile, c: c, parse: records.ParseProfile,
+			do: func(ctx context.Context, id string) ([]byte, error) {
+				_, b, err := c.APIs.Profile(ctx, id)
+				return b, err
+			}},
+		Geo: apiStep[records.Geo]{api: Geo, c: c, parse: records.ParseGeo,
+			do: func(ctx context.Context, id string) ([]byte, error) {
+				if _, err := geo.Wait(ctx); err != nil {
+					return nil, runner.Temporary(err)
+				}
+				_, b, err := c.APIs.Geo(ctx, id)
+				var tooMany *records.TooManyError
+				if errors.As(err, &tooMany) {
+					_ = geo.Hold(ctx, tooMany.RetryAfter) // every instance waits it out
+				}
+				return b, err
+			}},
+		Risk: apiStep[records.Risk]{api: Risk, c: c, parse: records.ParseRisk,
+			do: func(ctx context.Context, id string) ([]byte, error) {
+				_, b, err := c.APIs.Risk(ctx, id)
+				return b, err
+			}},
 		Validate:  validateStep{},
 		Transform: transformStep{},
 		Upload:    uploadStep{url: c.UploadURL, client: up},
@@ -121,88 +141,56 @@ func input(ctx context.Context, a *runner.Attempt, step string, v any) error {
 	return json.Unmarshal(b, v)
 }
 
-type enrichStep struct {
-	c   Config
-	geo *ratelimit.Limiter
+// apiStep is one of the three enrichment steps: it asks its API (api: the step's name and
+// its answers' memo key prefix) for every fetched record in turn, each answer memoised,
+// and outputs each record's enrichment by record id. The three run side by side, each
+// on its own; validate puts their outputs together.
+type apiStep[T any] struct {
+	api   string
+	c     Config
+	do    func(ctx context.Context, id string) ([]byte, error) // one call for record id
+	parse func([]byte) (T, error)
 }
 
-// The APIs, as their answers' memo keys name them.
-const (
-	apiProfile = "profile"
-	apiGeo     = "geo"
-	apiRisk    = "risk"
-)
+// enriched is an enrichment step's output: each record's enrichment, by record id.
+type enriched[T any] map[string]T
 
-func (s enrichStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+func (s apiStep[T]) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
 	var f fetched
 	if err := input(ctx, a, Fetch, &f); err != nil {
 		return nil, err
 	}
-	out := make([]records.Enriched, len(f.Records))
+	out := make(enriched[T], len(f.Records))
 	for i, rec := range f.Records {
 		if err := a.Fault(ctx, faults.BeforeWrite, i+1); err != nil {
 			return nil, err
 		}
-		e := records.Enriched{Record: rec}
-		// The three calls side by side; each answer memoised as it comes.
-		g, gctx := errgroup.WithContext(ctx)
-		g.Go(func() error {
-			b, err := s.call(gctx, a, apiProfile, rec.ID, func(ctx context.Context) ([]byte, error) {
-				_, b, err := s.c.APIs.Profile(ctx, rec.ID)
-				return b, err
-			})
-			if err == nil {
-				e.Profile, err = records.ParseProfile(b)
-			}
-			return err
-		})
-		g.Go(func() error {
-			b, err := s.call(gctx, a, apiGeo, rec.ID, func(ctx context.Context) ([]byte, error) {
-				if _, err := s.geo.Wait(ctx); err != nil {
-					return nil, runner.Temporary(err)
-				}
-				_, b, err := s.c.APIs.Geo(ctx, rec.ID)
-				var tooMany *records.TooManyError
-				if errors.As(err, &tooMany) {
-					_ = s.geo.Hold(ctx, tooMany.RetryAfter) // every instance waits it out
-				}
-				return b, err
-			})
-			if err == nil {
-				e.Geo, err = records.ParseGeo(b)
-			}
-			return err
-		})
-		g.Go(func() error {
-			b, err := s.call(gctx, a, apiRisk, rec.ID, func(ctx context.Context) ([]byte, error) {
-				_, b, err := s.c.APIs.Risk(ctx, rec.ID)
-				return b, err
-			})
-			if err == nil {
-				e.Risk, err = records.ParseRisk(b)
-			}
-			return err
-		})
-		if err := g.Wait(); err != nil {
-			return nil, fmt.Errorf("enriching record %d (%s): %w", i+1, rec.ID, err)
+		b, err := s.call(ctx, a, rec.ID)
+		if err != nil {
+			return nil, fmt.Errorf("the %s API for record %d (%s): %w", s.api, i+1, rec.ID, err)
 		}
-		out[i] = e
+		v, err := s.parse(b)
+		if err != nil {
+			return nil, fmt.Errorf("the %s API's answer for record %d (%s): %w", s.api, i+1, rec.ID, err)
+		}
+		out[rec.ID] = v
 		if err := a.Fault(ctx, faults.AfterWrite, i+1); err != nil {
 			return nil, err
 		}
 	}
-	return result(out, len(out), fmt.Sprintf("validate %d records", len(out)))
+	return result(out, len(f.Records), fmt.Sprintf("validate %d records once profile, geo and risk are verified", len(f.Records)))
 }
 
-// call is one API's answer for a record: memoised, the call bounded by CallTimeout and
-// retried in the attempt when it fails for a while (a timeout, a 429, a 5xx).
-func (s enrichStep) call(ctx context.Context, a *runner.Attempt, api, id string, do func(context.Context) ([]byte, error)) ([]byte, error) {
+// call is the API's answer for record id: memoised under <run>.<api>.<id>, the call
+// bounded by CallTimeout and retried in the attempt when it fails for a while (a timeout,
+// a 429, a 5xx).
+func (s apiStep[T]) call(ctx context.Context, a *runner.Attempt, id string) ([]byte, error) {
 	var answer []byte
 	err := a.Retry(ctx, func(int) error {
-		b, err := a.Memo(ctx, api+"."+id, func(ctx context.Context) ([]byte, error) {
+		b, err := a.Memo(ctx, s.api+"."+id, func(ctx context.Context) ([]byte, error) {
 			cctx, cancel := context.WithTimeout(ctx, s.c.CallTimeout)
 			defer cancel()
-			b, err := do(cctx)
+			b, err := s.do(cctx, id)
 			if err != nil && records.IsTemporary(err) {
 				return nil, runner.Temporary(err)
 			}
@@ -214,22 +202,55 @@ func (s enrichStep) call(ctx context.Context, a *runner.Attempt, api, id string,
 	return answer, err
 }
 
-// Progress is what enrich has made durable: its memoised answers. The loop guard counts
-// attempts that add none, so a record that times out every time is handed over, while a
-// slow night that advances is not.
-func (enrichStep) Progress(ctx context.Context, a *runner.Attempt) (runner.Progress, error) {
-	n, err := a.Memoised(ctx, "")
+// Progress is what the step has made durable: its API's memoised answers. The loop guard
+// counts attempts that add none, so a record that times out every time is handed over,
+// while a slow night that advances is not.
+func (s apiStep[T]) Progress(ctx context.Context, a *runner.Attempt) (runner.Progress, error) {
+	n, err := a.Memoised(ctx, s.api)
 	if err != nil {
 		return runner.Progress{}, err
 	}
-	return runner.Progress{Memoised: n, Where: "nats kv ls " + Space.Bucket(assets.BucketMemo) + " | grep '^" + a.RunID + "\\.'"}, nil
+	return runner.Progress{Memoised: n, Where: "nats kv ls " + Space.Bucket(assets.BucketMemo) + " | grep '^" + a.RunID + "\\." + s.api + "\\.'"}, nil
+}
+
+// merge is the fetched records enriched with the three steps' outputs, in fetch's order.
+func merge(f fetched, p enriched[records.Profile], g enriched[records.Geo], r enriched[records.Risk]) ([]records.Enriched, error) {
+	out := make([]records.Enriched, len(f.Records))
+	for i, rec := range f.Records {
+		e := records.Enriched{Record: rec}
+		var ok [3]bool
+		e.Profile, ok[0] = p[rec.ID]
+		e.Geo, ok[1] = g[rec.ID]
+		e.Risk, ok[2] = r[rec.ID]
+		for j, step := range []string{Profile, Geo, Risk} {
+			if !ok[j] {
+				return nil, runner.Permanent(fmt.Errorf("record %d (%s) has no answer in %s's output", i+1, rec.ID, step))
+			}
+		}
+		out[i] = e
+	}
+	return out, nil
 }
 
 type validateStep struct{}
 
 func (validateStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
-	var in []records.Enriched
-	if err := input(ctx, a, Enrich, &in); err != nil {
+	var (
+		f fetched
+		p enriched[records.Profile]
+		g enriched[records.Geo]
+		r enriched[records.Risk]
+	)
+	for _, in := range []struct {
+		step string
+		v    any
+	}{{Fetch, &f}, {Profile, &p}, {Geo, &g}, {Risk, &r}} {
+		if err := input(ctx, a, in.step, in.v); err != nil {
+			return nil, err
+		}
+	}
+	in, err := merge(f, p, g, r)
+	if err != nil {
 		return nil, err
 	}
 	valid := make([]records.Enriched, 0, len(in))
@@ -241,11 +262,11 @@ func (validateStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result,
 		}
 		valid = append(valid, e)
 	}
-	r, err := result(valid, len(in), fmt.Sprintf("transform %d valid records (%d parked)", len(valid), len(parked)))
+	res, err := result(valid, len(in), fmt.Sprintf("transform %d valid records (%d parked)", len(valid), len(parked)))
 	if err == nil {
-		r.Parked = parked
+		res.Parked = parked
 	}
-	return r, err
+	return res, err
 }
 
 type transformStep struct{}

@@ -163,7 +163,10 @@ func demoCairn(ctx context.Context, dir, source string, apis *stubapi.APIs, fail
 		return tally{}, err
 	}
 	t := tallyOf(apis.Counts(), time.Since(began))
-	t.restarts = f.Restarts() + rec.Steps[enrich.Enrich].Attempts // a step's attempts after its first
+	t.restarts = f.Restarts() // the processes started again, then each enrichment step's attempts after its first
+	for _, s := range []string{enrich.Profile, enrich.Geo, enrich.Risk} {
+		t.restarts += rec.Steps[s].Attempts
+	}
 	t.status = string(rec.Status)
 	if rec.Status != kc.Done {
 		return t, fmt.Errorf("the run ended %s: %v", rec.Status, rec.Handover)

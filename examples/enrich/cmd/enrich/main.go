@@ -163,7 +163,7 @@ func faultMap(w io.Writer) error {
 		return err
 	}
 	m, err := faultmap.Analyze(enrich.Pipeline, faultmap.Settings{
-		ProgressSteps: []string{enrich.Enrich},
+		ProgressSteps: []string{enrich.Profile, enrich.Geo, enrich.Risk},
 		RateLimits:    map[string]float64{enrich.RateSetting: s.GeoRPS},
 		SharedLimits:  map[string]ratelimit.Limit{enrich.RateSetting: enrich.GeoLimit(s.GeoRPS)},
 	})
