@@ -153,8 +153,8 @@ func TestFanOutAndJoin(t *testing.T) {
 	if j, fl := f.joins.Load(), f.finals.Load(); j != 1 || fl != 1 {
 		t.Errorf("join ran %d times, final %d; want once each", j, fl)
 	}
-	if a := rec.Steps["right"].Attempts; a < 1 {
-		t.Errorf("right's attempts = %d, want its failed one counted", a)
+	if a, n := rec.Steps["right"].Attempts, rec.Restarts; a != 1 || n != 0 {
+		t.Errorf("right's attempts = %d, the run's restarts %d; want its failed one counted once, and no restart", a, n)
 	}
 	for _, s := range []string{"split", "left", "middle", "join", "final"} {
 		if a := rec.Steps[s].Attempts; a != 0 {

@@ -25,7 +25,8 @@ func (r *Runner) runLeaseFree(ctx context.Context, m jetstream.Msg, ready events
 			return r.runLeaseFree(ctx, m, ready, cur, crev, redelivered)
 		})
 	}
-	a := r.newAttempt(rec, rev, redelivered)
+	restart := redelivered && !failuresRecorded(m, rec.Step(r.cfg.StepName))
+	a := r.newAttempt(rec, rev, restart)
 	if redelivered {
 		var gerr error
 		rec, rev, gerr = r.guardLeaseFree(ctx, a, rec, rev)
@@ -57,7 +58,7 @@ func (r *Runner) runLeaseFree(ctx context.Context, m jetstream.Msg, ready events
 		if n.Step(a.Step).Status == kc.Verified || n.Generation != a.Generation {
 			return kc.ErrSkip
 		}
-		if redelivered {
+		if restart {
 			n.Restarts++
 			n.Step(a.Step).Attempts++
 		}
@@ -75,6 +76,19 @@ func (r *Runner) runLeaseFree(ctx context.Context, m jetstream.Msg, ready events
 		return r.failLeaseFree(ctx, a, Temporary(err))
 	}
 	return r.afterCommit(ctx, a, committed, crev)
+}
+
+// failuresRecorded reports whether every earlier delivery of m is counted in the step's
+// attempts: each ended in a failure the record holds (failLeaseFree counts it), so this
+// delivery is that failure's retry, not a restart. A delivery that recorded nothing (its
+// process died, or it was put back for another reason) leaves one uncounted: this delivery
+// restarts it, and its commit counts it.
+func failuresRecorded(m jetstream.Msg, s *kc.Step) bool {
+	meta, err := m.Metadata()
+	if err != nil || meta.NumDelivered < 2 {
+		return false
+	}
+	return uint64(s.Attempts) >= meta.NumDelivered-1
 }
 
 func (r *Runner) failLeaseFree(ctx context.Context, a *Attempt, err error) settleFunc {
