@@ -122,7 +122,7 @@ func demoCairn(ctx context.Context, dir, source string, apis *stubapi.APIs, fail
 	if err != nil {
 		return tally{}, err
 	}
-	if err := app.Init(ctx, app.Config{JS: js, Pipeline: enrich.Pipeline, KeysDir: filepath.Join(dir, "keys")}); err != nil {
+	if err := app.Init(ctx, app.Config{JS: js, Pipeline: enrich.Pipeline, KeysDir: filepath.Join(dir, "keys"), AckWait: 3 * time.Second}); err != nil {
 		return tally{}, err
 	}
 	bin, err := os.Executable()
@@ -133,7 +133,7 @@ func demoCairn(ctx context.Context, dir, source string, apis *stubapi.APIs, fail
 		"ENRICH_AS_MAIN=1", "CAIRN_NATS_URL=" + srv.ClientURL(), "ENRICH_DATA_DIR=" + dir,
 		"ENRICH_PROFILE_URL=" + apis.ProfileURL, "ENRICH_GEO_URL=" + apis.GeoURL, "ENRICH_RISK_URL=" + apis.RiskURL, "ENRICH_UPLOAD_URL=" + apis.UploadURL,
 		fmt.Sprintf("ENRICH_CALL_TIMEOUT=%s", demoTimeout), fmt.Sprintf("ENRICH_GEO_RPS=%d", demoGeoPacing),
-		"CAIRN_LEASE=3s", "CAIRN_HEARTBEAT=1s",
+		"CAIRN_LEASE=3s", "CAIRN_HEARTBEAT=1s", "CAIRN_ACK_WAIT=3s",
 	}}
 	if failed {
 		f.Env = append(f.Env, fmt.Sprintf("CAIRN_FAULTS=upload.after-write.%d=exit@once", demoCrashAt))

@@ -46,7 +46,10 @@ type Settings struct {
 	GeoRPS      float64       `envconfig:"ENRICH_GEO_RPS" default:"15"`
 	Lease       time.Duration `envconfig:"CAIRN_LEASE" default:"15s"`
 	Heartbeat   time.Duration `envconfig:"CAIRN_HEARTBEAT" default:"5s"`
-	Faults      string        `envconfig:"CAIRN_FAULTS"`
+	// AckWait is how long a step event waits for its worker's heartbeat before it goes to
+	// another: how soon a side-by-side (lease-free) step's work resumes after its worker died.
+	AckWait time.Duration `envconfig:"CAIRN_ACK_WAIT" default:"30s"`
+	Faults  string        `envconfig:"CAIRN_FAULTS"`
 }
 
 func load() (Settings, error) {
@@ -62,6 +65,9 @@ func load() (Settings, error) {
 	}
 	if s.CallTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("ENRICH_CALL_TIMEOUT must be positive, not %s", s.CallTimeout))
+	}
+	if s.AckWait < 2*s.Heartbeat {
+		errs = append(errs, fmt.Errorf("CAIRN_ACK_WAIT (%s) must be at least twice CAIRN_HEARTBEAT (%s): a step's worker renews its event every heartbeat", s.AckWait, s.Heartbeat))
 	}
 	if s.GeoRPS <= 0 {
 		errs = append(errs, fmt.Errorf("ENRICH_GEO_RPS must be positive, not %g", s.GeoRPS))
@@ -115,7 +121,7 @@ func config(ctx context.Context, js jetstream.JetStream, s Settings) (app.Config
 	return app.Config{
 		JS: js, Pipeline: enrich.Pipeline, Steps: steps, KeysDir: filepath.Join(s.DataDir, "keys"),
 		Limits: map[string]ratelimit.Limit{enrich.RateSetting: enrich.GeoLimit(s.GeoRPS)},
-		Lease:  s.Lease, Heartbeat: s.Heartbeat, Faults: fs,
+		Lease:  s.Lease, Heartbeat: s.Heartbeat, AckWait: s.AckWait, Faults: fs,
 		Logger: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}, nil
 }
@@ -134,7 +140,7 @@ func serve(ctx context.Context, s Settings, init bool, names []string) error {
 	if init {
 		// The assets first (the geo limit's bucket among them), then the registration again
 		// with the steps, which names the ones that count their progress.
-		if err := app.Init(ctx, app.Config{JS: js, Pipeline: enrich.Pipeline, KeysDir: filepath.Join(s.DataDir, "keys")}); err != nil {
+		if err := app.Init(ctx, app.Config{JS: js, Pipeline: enrich.Pipeline, KeysDir: filepath.Join(s.DataDir, "keys"), AckWait: s.AckWait}); err != nil {
 			return err
 		}
 		c, err := config(ctx, js, s)

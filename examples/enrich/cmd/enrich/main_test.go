@@ -80,7 +80,7 @@ func newJob(t *testing.T, n int, sc stubapi.Config) *job {
 		t.Fatal(err)
 	}
 	j := &job{t: t, dir: dir, js: js, apis: apis, source: source, records: recs}
-	if err := app.Init(t.Context(), app.Config{JS: js, Pipeline: enrich.Pipeline, KeysDir: filepath.Join(dir, "keys")}); err != nil {
+	if err := app.Init(t.Context(), app.Config{JS: js, Pipeline: enrich.Pipeline, KeysDir: filepath.Join(dir, "keys"), AckWait: 3 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	j.fleet = &Fleet{Bin: os.Args[0], Env: []string{
@@ -90,7 +90,7 @@ func newJob(t *testing.T, n int, sc stubapi.Config) *job {
 		"ENRICH_PROFILE_URL=" + apis.ProfileURL, "ENRICH_GEO_URL=" + apis.GeoURL, "ENRICH_RISK_URL=" + apis.RiskURL,
 		"ENRICH_UPLOAD_URL=" + apis.UploadURL,
 		"ENRICH_CALL_TIMEOUT=2s", "ENRICH_GEO_RPS=15", // below the geo API's 20 a second: no 429
-		"CAIRN_LEASE=3s", "CAIRN_HEARTBEAT=1s",
+		"CAIRN_LEASE=3s", "CAIRN_HEARTBEAT=1s", "CAIRN_ACK_WAIT=3s",
 	}}
 	return j
 }
