@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/pkg/app"
@@ -249,23 +248,17 @@ func waitRecord(ctx context.Context, t *testing.T, store *kc.Store, run, what st
 // with rightFailure.
 func hostFan(t *testing.T, rightFailure func(error) error) (jetstream.JetStream, *fanSteps) {
 	t.Helper()
-	dir := t.TempDir()
-	srv, err := app.Embedded("fan", "127.0.0.1", -1, filepath.Join(dir, "nats"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-
+	js := natsFor(t)
 	f := newFanSteps(rightFailure)
-	cfg := app.Config{JS: js, KeysDir: filepath.Join(dir, "keys"), Pipeline: fan, Steps: f.steps()}
+	hostApp(t, app.Config{JS: js, KeysDir: filepath.Join(t.TempDir(), "keys"), Pipeline: fan, Steps: f.steps()})
+	return js, f
+}
+
+// hostApp inits cfg and runs all its services until the test ends.
+func hostApp(t *testing.T, cfg app.Config) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
 	if err := app.Init(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +271,6 @@ func hostFan(t *testing.T, rightFailure func(error) error) (jetstream.JetStream,
 			t.Errorf("run: %v", err)
 		}
 	})
-	return js, f
 }
 
 func equalGraph(a, b kc.Graph) bool {

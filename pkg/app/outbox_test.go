@@ -471,18 +471,7 @@ func TestOutboxRefusedThenResumed(t *testing.T) {
 	cfg.Outbox.Allow.Mail = func(kind, to string) bool {
 		return kind == "note" && strings.HasSuffix(to, "@example.com") && (to != "b@example.com" || allowB.Load())
 	}
-	if err := app.Init(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	running, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- app.Run(running, cfg) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	hostApp(t, cfg)
 	if err := app.Start(ctx, js, "refusals", "r-1", map[string]any{"items": "a,b,c"}); err != nil {
 		t.Fatal(err)
 	}
