@@ -55,14 +55,22 @@ func (m *Map) Observe(recs []*kc.Record) {
 // how long it was seen to take.
 func lossText(st StepMap) string {
 	o := st.Observed
-	keeps := st.Memo != "" || st.Key != ""
+	var kept string
 	switch {
-	case o == nil && keeps:
-		return "the item in hand: every answer memoised and every keyed write made before it stays (no recent run to time it)"
+	case st.Memo != "" && st.Key != "":
+		kept = "every answer memoised and every keyed write made before it stays"
+	case st.Memo != "":
+		kept = "every answer memoised before it stays"
+	case st.Key != "":
+		kept = "every keyed write made before it stays"
+	}
+	switch {
+	case o == nil && kept != "":
+		return "the item in hand: " + kept + " (no recent run to time it)"
 	case o == nil:
 		return "its attempt so far: it saves only at its commit (no recent run to time it)"
-	case keeps:
-		return "the item in hand: every answer memoised and every keyed write made before it stays; the whole step took " + ms(o.MaxMS) + " at most"
+	case kept != "":
+		return "the item in hand: " + kept + "; the whole step took " + ms(o.MaxMS) + " at most"
 	}
 	return "up to " + ms(o.MaxMS) + ", its attempt so far: it saves only at its commit"
 }
