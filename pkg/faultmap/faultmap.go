@@ -111,6 +111,9 @@ type StepMap struct {
 	Drift string `json:"drift"`
 	// Observed is what recent runs showed of the step (Observe); nil when none verified it.
 	Observed *Observed `json:"observed"`
+	// Loss is what a crash of the step loses, in a sentence: what it keeps as it goes, and
+	// how long it was seen to take.
+	Loss string `json:"loss"`
 }
 
 // GapKind names a kind of gap.
@@ -168,6 +171,7 @@ func Analyze(d pipeline.Definition, s Settings) (Map, error) {
 			Key: st.Key, Memo: st.Memo, Compensation: st.Compensation, Retry: r,
 			Approval: slices.Contains(s.ApprovalSteps, st.Name), Drift: driftOf(st),
 		}
+		m.Steps[i].Loss = lossText(m.Steps[i])
 		m.Gaps = append(m.Gaps, stepGaps(st, r, d.Steps[i+1:])...)
 		if st.Writes() && !st.ChecksSource && slices.ContainsFunc(d.Steps[:i], pipeline.Step.SourceRead) {
 			m.Gaps = append(m.Gaps, Gap{UncheckedDrift, st.Name, st.Name + " writes outside (" + effects(st) +

@@ -49,6 +49,9 @@ func (m *Map) Observe(recs []*kc.Record) {
 		slices.Sort(ms)
 		st.Observed = &Observed{Runs: len(ms), MedianMS: ms[len(ms)/2], MaxMS: ms[len(ms)-1], Retried: retried[st.Name]}
 	}
+	for i := range m.Steps {
+		m.Steps[i].Loss = lossText(m.Steps[i])
+	}
 }
 
 // lossText says how much work a crash of the step loses, from what it saves as it goes and

@@ -46,7 +46,7 @@ func (m Map) WriteText(w io.Writer) error {
 		if m.RunsRead > 0 {
 			row("recent runs", observedText(st.Observed, m.RunsRead))
 		}
-		row("a crash loses", lossText(st))
+		row("a crash loses", st.Loss)
 	}
 	if len(m.Gaps) == 0 {
 		fmt.Fprintln(tw, "\ngaps: none")

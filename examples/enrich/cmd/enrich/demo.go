@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -43,6 +45,7 @@ type tally struct {
 	took     time.Duration
 	restarts int
 	status   string
+	rec      *kc.Record // a Cairn run's record as it ended
 }
 
 func tallyOf(c stubapi.Counts, took time.Duration) tally {
@@ -104,7 +107,29 @@ func demo(ctx context.Context, w io.Writer) error {
 		results[label] = t
 	}
 	printTable(w, results)
-	return nil
+	return printTimings(w, []*kc.Record{results["cairn"].rec, results["cairn, failures"].rec})
+}
+
+// printTimings prints what the two Cairn runs' records show of each step, as `cairn
+// faultmap --pipeline enrich` reads them from the job's recent runs: how long it took and
+// what a crash there loses.
+func printTimings(w io.Writer, recs []*kc.Record) error {
+	m, err := analyze(demoGeoPacing)
+	if err != nil {
+		return err
+	}
+	m.Observe(recs)
+	fmt.Fprintf(w, "\nthe two Cairn runs' records, step by step (cairn faultmap --pipeline enrich reads the latest runs so):\n")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  step\tafter\tlongest\tretried\ta crash there loses")
+	for _, st := range m.Steps {
+		longest, retried := "-", 0
+		if o := st.Observed; o != nil {
+			longest, retried = (time.Duration(o.MaxMS) * time.Millisecond).String(), o.Retried
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\n", st.Name, cmp.Or(strings.Join(st.After, ","), "-"), longest, retried, st.Loss)
+	}
+	return tw.Flush()
 }
 
 func demoCairn(ctx context.Context, dir, source string, apis *stubapi.APIs, failed bool) (tally, error) {
@@ -167,7 +192,7 @@ func demoCairn(ctx context.Context, dir, source string, apis *stubapi.APIs, fail
 	for _, s := range []string{enrich.Profile, enrich.Geo, enrich.Risk} {
 		t.restarts += rec.Steps[s].Attempts
 	}
-	t.status = string(rec.Status)
+	t.status, t.rec = string(rec.Status), rec
 	if rec.Status != kc.Done {
 		return t, fmt.Errorf("the run ended %s: %v", rec.Status, rec.Handover)
 	}

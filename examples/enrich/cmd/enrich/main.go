@@ -161,6 +161,15 @@ func serve(ctx context.Context, s Settings, init bool, names []string) error {
 	return app.Run(ctx, c, names...)
 }
 
+// analyze is the job's fault map with the geo API's declared rate.
+func analyze(geoRPS float64) (faultmap.Map, error) {
+	return faultmap.Analyze(enrich.Pipeline, faultmap.Settings{
+		ProgressSteps: []string{enrich.Profile, enrich.Geo, enrich.Risk},
+		RateLimits:    map[string]float64{enrich.RateSetting: geoRPS},
+		SharedLimits:  map[string]ratelimit.Limit{enrich.RateSetting: enrich.GeoLimit(geoRPS)},
+	})
+}
+
 // faultMap prints the job's fault map under the settings of the environment (the rate
 // ENRICH_GEO_RPS; the runner's defaults).
 func faultMap(w io.Writer) error {
@@ -168,11 +177,7 @@ func faultMap(w io.Writer) error {
 	if err := envconfig.Process("", &s); err != nil {
 		return err
 	}
-	m, err := faultmap.Analyze(enrich.Pipeline, faultmap.Settings{
-		ProgressSteps: []string{enrich.Profile, enrich.Geo, enrich.Risk},
-		RateLimits:    map[string]float64{enrich.RateSetting: s.GeoRPS},
-		SharedLimits:  map[string]ratelimit.Limit{enrich.RateSetting: enrich.GeoLimit(s.GeoRPS)},
-	})
+	m, err := analyze(s.GeoRPS)
 	if err != nil {
 		return err
 	}
