@@ -21,6 +21,18 @@ func randomRecord(rng *rand.Rand) *Record {
 	runID := "run-" + strings.Repeat("r", rng.IntN(64))
 	r := New(runID, StringParams(rng.IntN(2) == 0, "warehouse", "ldh", "date", "2026-10-13"), names, "2026-10-13T22:00:00Z")
 	r.Epoch, r.UpdatedAt, r.ProgressedAt = "e0000000", "2026-10-13T22:00:01.123Z", "2026-10-13T22:00:01Z"
+	if rng.IntN(3) == 0 { // steps side by side: each waits for some of those before it
+		r.After = Graph{}
+		for i, name := range names {
+			deps := []string{}
+			for _, earlier := range names[:i] {
+				if rng.IntN(2) == 0 {
+					deps = append(deps, earlier)
+				}
+			}
+			r.After[name] = deps
+		}
+	}
 	text := func(n int) string {
 		alphabet := []string{"a", "b", " ", "é", "<", "&", "\"", "\\", "\n", "✓", "\x01"}
 		var b strings.Builder
