@@ -58,6 +58,12 @@ func (r *Runner) runLeaseFree(ctx context.Context, m jetstream.Msg, ready events
 		if n.Step(a.Step).Status == kc.Verified || n.Generation != a.Generation {
 			return kc.ErrSkip
 		}
+		if n.Lease != nil {
+			// Another holds the run (an undo after a cancel): only the holder writes a
+			// record it holds. The work is left undone; a resume runs the step again.
+			a.log.Warn("commit left undone: the run's lease is held", slog.String("holder", n.Lease.Owner), slog.String("lease_step", n.Lease.Step))
+			return kc.ErrSkip
+		}
 		if restart {
 			n.Restarts++
 			n.Step(a.Step).Attempts++
