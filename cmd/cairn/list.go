@@ -227,7 +227,7 @@ func runRowOf(ctx context.Context, store *kc.Store, e jetstream.KeyValueEntry, n
 		}
 	}
 	row := runRow{
-		RunID: r.RunID, Status: string(r.Status), Step: cmp.Or(r.Current(), "-"),
+		RunID: r.RunID, Status: string(r.Status), Step: inHand(r),
 		StepNumber: min(verified+1, len(r.Pipeline)), Steps: len(r.Pipeline), CreatedAt: r.CreatedAt,
 		Restarts: r.Restarts, Generation: r.Generation, NextAction: r.NextAction,
 	}

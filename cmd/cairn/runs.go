@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -263,11 +265,17 @@ func progress(r *kc.Record) string {
 			done++
 		}
 	}
-	cur := r.Current()
-	if cur == "" {
-		cur = "-"
-	}
+	cur := inHand(r)
 	return fmt.Sprintf("%s  %-9s step %d of %d (%s)  %s", r.RunID, r.Status, min(done+1, len(r.Pipeline)), len(r.Pipeline), cur, r.NextAction)
+}
+
+// inHand names the step a run waits on, or the steps, when several run side by side; "-"
+// when none is left.
+func inHand(r *kc.Record) string {
+	if ready := r.Ready(); len(ready) > 1 {
+		return strings.Join(ready, ",")
+	}
+	return cmp.Or(r.Current(), "-")
 }
 
 func cmdStatus(ctx context.Context, args []string) error {

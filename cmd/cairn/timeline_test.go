@@ -84,3 +84,23 @@ func TestTimelineShowsTheGraph(t *testing.T) {
 		t.Errorf("a linear run's rows: %+v (%v), want no after", lin.Steps, err)
 	}
 }
+
+// A run whose steps run side by side is shown waiting on all of them (cairn runs, cairn
+// status --watch), one after another on the first left.
+func TestInHandNamesTheStepsSideBySide(t *testing.T) {
+	rec := kc.New("r3", kc.StringParams(false, "source", "f"), []string{"fetch", "a", "b", "join"}, "2026-12-03T10:00:00Z")
+	rec.After = kc.Graph{"fetch": {}, "a": {"fetch"}, "b": {"fetch"}, "join": {"a", "b"}}
+	if got := inHand(rec); got != "fetch" {
+		t.Errorf("at the start: %q, want fetch", got)
+	}
+	rec.Step("fetch").Status = kc.Verified
+	if got := inHand(rec); got != "a,b" {
+		t.Errorf("after fetch: %q, want a,b", got)
+	}
+	for _, s := range rec.Pipeline {
+		rec.Step(s).Status = kc.Verified
+	}
+	if got := inHand(rec); got != "-" {
+		t.Errorf("all verified: %q, want -", got)
+	}
+}
