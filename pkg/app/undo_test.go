@@ -402,3 +402,28 @@ func TestUndoThroughRegisteredSystems(t *testing.T) {
 	}
 	stopComp()
 }
+
+// A pipeline without Systems has no compensator; a nil System and a step named after the
+// compensator are refused, naming them.
+func TestSystemsConfigRefused(t *testing.T) {
+	js := natsFor(t)
+	ctx := t.Context()
+	cfg := rowsPipeline(js, t.TempDir(), nil)
+	cfg.Systems = nil
+	if slices.Contains(cfg.Services(), app.Compensator) {
+		t.Errorf("services %v of a pipeline without Systems name the compensator", cfg.Services())
+	}
+	if err := app.Run(ctx, cfg, app.Compensator); err == nil || !strings.Contains(err.Error(), `no service "compensator"`) {
+		t.Errorf("Run of the compensator of a pipeline without Systems: %v", err)
+	}
+	cfg.Systems = map[string]undo.System{"rows": nil}
+	if err := app.Init(ctx, cfg); err == nil || !strings.Contains(err.Error(), `system "rows"`) {
+		t.Errorf("Init with a nil System: %v", err)
+	}
+	cfg = rowsPipeline(js, t.TempDir(), nil)
+	cfg.Pipeline.Steps[0].Name = app.Compensator
+	cfg.Steps = map[string]runner.Step{app.Compensator: cfg.Steps["post"]}
+	if err := app.Init(ctx, cfg); err == nil || !strings.Contains(err.Error(), `step "compensator" has the name of a service`) {
+		t.Errorf("Init with a step named compensator: %v", err)
+	}
+}
