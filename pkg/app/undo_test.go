@@ -8,9 +8,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	_ "modernc.org/sqlite"
 
@@ -425,5 +428,93 @@ func TestSystemsConfigRefused(t *testing.T) {
 	cfg.Steps = map[string]runner.Step{app.Compensator: cfg.Steps["post"]}
 	if err := app.Init(ctx, cfg); err == nil || !strings.Contains(err.Error(), `step "compensator" has the name of a service`) {
 		t.Errorf("Init with a step named compensator: %v", err)
+	}
+}
+
+// The pipeline's compensator, connected as the pipeline's own NATS user (its
+// assets.Permissions), undoes a run with no permissions violation: its durable, saga,
+// timeline and checkpoints are all in the pipeline's space.
+func TestUndoPermissions(t *testing.T) {
+	dir := t.TempDir()
+	perm := rowsPipeline(nil, "", nil).Assets().Permissions()
+	srv, err := server.NewServer(&server.Options{ServerName: "undo-perms", Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: filepath.Join(dir, "nats"), NoSigs: true, NoLog: true, Users: []*server.User{
+			{Username: "admin", Password: "admin"},
+			{Username: "rows", Password: "rows", Permissions: &server.Permissions{
+				Publish:   &server.SubjectPermission{Allow: perm.Publish, Deny: perm.PublishDeny},
+				Subscribe: &server.SubjectPermission{Allow: perm.Subscribe},
+				Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute},
+			}},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(15 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	defer srv.Shutdown()
+	var mu sync.Mutex
+	var refused []string
+	connect := func(user string, opts ...nats.Option) jetstream.JetStream {
+		opts = append(opts, nats.UserInfo(user, user), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			mu.Lock()
+			refused = append(refused, user+": "+err.Error())
+			mu.Unlock()
+		}))
+		nc, err := nats.Connect(srv.ClientURL(), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return js
+	}
+	admin := connect("admin")
+	own := connect("rows", nats.CustomInboxPrefix(assets.MustSpace("rows").Inbox()))
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	db := openRows(t, filepath.Join(dir, "rows.db"))
+	keys := filepath.Join(dir, "keys")
+	if err := app.Init(ctx, rowsPipeline(admin, keys, db)); err != nil {
+		t.Fatal(err)
+	}
+	running, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		err := app.Run(running, rowsPipeline(own, keys, db))
+		if err != nil {
+			cancel()
+		}
+		done <- err
+	}()
+	if err := app.Start(ctx, admin, "rows", "r-1", map[string]any{"regions": "north,south"}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := app.Wait(ctx, admin, "rows", "r-1"); err != nil || rec.Status != kc.Done {
+		t.Fatalf("r-1: %+v, %v; want done", rec, err)
+	}
+	if err := app.Command(ctx, admin, "rows", "r-1", events.VerbUndo, "undo-1", events.Command{}); err != nil {
+		t.Fatal(err)
+	}
+	store, err := kc.Open(ctx, admin, assets.MustSpace("rows").Bucket(assets.BucketRuns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRecord(ctx, t, store, "r-1", "undone", func(r *kc.Record) bool { return r.Status == kc.Undone && r.Lease == nil })
+	if got := db.received(t, "r-1"); !slices.Equal(got, []string{"row:02:rev", "row:01:rev"}) {
+		t.Errorf("the system received %v, want row:02:rev, row:01:rev", got)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(refused) > 0 {
+		t.Errorf("the pipeline's services were refused: %v", refused)
 	}
 }
