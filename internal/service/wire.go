@@ -23,7 +23,7 @@ import (
 	"github.com/cairnhq/cairn/internal/ledgerapi"
 	"github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/internal/recon"
-	"github.com/cairnhq/cairn/internal/undo"
+	nightundo "github.com/cairnhq/cairn/internal/undo"
 	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/audit"
@@ -36,6 +36,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/ratelimit"
 	"github.com/cairnhq/cairn/pkg/runner"
 	"github.com/cairnhq/cairn/pkg/supervisor"
+	"github.com/cairnhq/cairn/pkg/undo"
 )
 
 // Assets is the asset configuration for c.
@@ -300,8 +301,13 @@ func (d *Deps) storeOf(name string) *kc.Store { return d.Store.As(d.signers[name
 
 // RunCompensator runs the compensator (undo) until ctx ends.
 func (d *Deps) RunCompensator(ctx context.Context, env *night.Env) error {
+	store := d.storeOf("compensator")
+	systems, err := nightundo.Night{JS: d.JS, Ledger: env.LedgerBook, ERP: env.ERP, Marks: d.Marks, Store: store, Now: d.Now}.Systems()
+	if err != nil {
+		return err
+	}
 	c, err := undo.New(undo.Config{
-		JS: d.JS, Store: d.storeOf("compensator"), Ledger: env.LedgerBook, ERP: env.ERP, Marks: d.Marks, Handovers: d.Handovers, Heartbeat: d.Config.Heartbeat,
+		JS: d.JS, Store: store, Systems: systems, Handovers: d.Handovers, Heartbeat: d.Config.Heartbeat,
 		TakeoverGap: d.Config.TakeoverGap, Faults: d.Faults, Now: d.Now, Logger: d.Logger, RetryAttempts: d.Config.RetryAttempts,
 	})
 	if err != nil {

@@ -11,6 +11,12 @@
 // sender, a service of its own when Config.Outbox says how messages go out, delivers each
 // once and moves the finishing run to done when its last message is sent.
 //
+// A pipeline whose steps write to outside systems through runner.Attempt.Keyed registers
+// each system's reversal (Config.Systems, by the name its effects carry in Reverse.System);
+// then its compensator, a service of its own, takes the pipeline's undo commands (Command
+// with events.VerbUndo, a scope selecting effects by their attributes or step) and reverses
+// the run's effects newest first (package undo).
+//
 // One process may run every service (Run with no names) or one (Run with its name), so each
 // step scales on its own. Several pipelines share one NATS account: each has its own
 // assets.Space, named after it (streams CAIRN_<NAME>_*, buckets cairn-<name>-*, subjects
@@ -43,7 +49,9 @@ import (
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
 	"github.com/cairnhq/cairn/pkg/runner"
+	"github.com/cairnhq/cairn/pkg/saga"
 	"github.com/cairnhq/cairn/pkg/supervisor"
+	"github.com/cairnhq/cairn/pkg/undo"
 )
 
 // Supervisor is the supervisor's service name (and its signing key's).
@@ -53,6 +61,10 @@ const Supervisor = "supervisor"
 // records the checkpoints take for the sender's (kvcheckpoint.DefaultRoles), so that a run
 // it makes done reads as the sender's move.
 const OutboxSender = "outbox-sender"
+
+// Compensator is the compensator's service name (and its signing key's): the name whose
+// records the checkpoints take for an undo's progress (kvcheckpoint.DefaultRoles).
+const Compensator = "compensator"
 
 // Config is a pipeline and how its services run.
 type Config struct {
@@ -94,6 +106,17 @@ type Config struct {
 	// after its last progress; default 15m.
 	OutboxStall time.Duration
 
+	// Systems are the reversals of the pipeline's outside systems, by the system name its
+	// effects carry (runner.Effect's Reverse.System). With any, Run runs the pipeline's
+	// compensator (service Compensator), which takes the undo commands of the pipeline's runs
+	// (Command, events.VerbUndo) and reverses each effect through its system, newest first,
+	// fenced by the undo's token, resuming from its cursor after a crash. An effect whose
+	// system is not here is never skipped: the undo hands the run over naming the system.
+	// With Outbox, the messages the steps queued (system saga.Mail) are reversed by
+	// undo.Mail unless Systems has its own. Set it before Init, which makes the
+	// compensator's signing key.
+	Systems map[string]undo.System
+
 	// Limits are the shared rate limits the steps declare (pipeline.Step.RateLimit), by the
 	// name of the setting that declares each: Init registers them for the fault map.
 	Limits map[string]ratelimit.Limit
@@ -104,12 +127,16 @@ type Config struct {
 	Now     func() time.Time
 }
 
-// Services are the pipeline's services: its steps, in order, the supervisor, and the outbox
-// sender when the pipeline has one (Outbox).
+// Services are the pipeline's services: its steps, in order, the supervisor, the outbox
+// sender when the pipeline has one (Outbox), and the compensator when it registers its
+// systems' reversals (Systems).
 func (c Config) Services() []string {
 	out := append(c.Pipeline.Names(), Supervisor)
 	if c.Outbox != nil {
 		out = append(out, OutboxSender)
+	}
+	if len(c.Systems) > 0 {
+		out = append(out, Compensator)
 	}
 	return out
 }
@@ -142,9 +169,14 @@ func (c Config) validate(withSteps bool) error {
 	if c.KeysDir == "" {
 		errs = append(errs, errors.New("no KeysDir for the services' signing seeds"))
 	}
-	for _, name := range []string{Supervisor, OutboxSender} {
+	for _, name := range []string{Supervisor, OutboxSender, Compensator} {
 		if _, ok := c.Pipeline.Step(name); ok {
-			errs = append(errs, fmt.Errorf("step %q has the name of a service of the framework's (%s, %s)", name, Supervisor, OutboxSender))
+			errs = append(errs, fmt.Errorf("step %q has the name of a service of the framework's (%s, %s, %s)", name, Supervisor, OutboxSender, Compensator))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Systems)) {
+		if c.Systems[name] == nil {
+			errs = append(errs, fmt.Errorf("Systems: system %q has no reversal (nil)", name))
 		}
 	}
 	if o := c.Outbox; o != nil {
@@ -236,6 +268,8 @@ func Run(ctx context.Context, c Config, services ...string) error {
 				err = h.runSupervisor(gctx)
 			case OutboxSender:
 				err = h.runOutbox(gctx)
+			case Compensator:
+				err = h.runCompensator(gctx)
 			default:
 				err = h.runStep(gctx, s)
 			}
@@ -310,6 +344,25 @@ func (h *host) runSupervisor(ctx context.Context) error {
 		return err
 	}
 	return s.Run(ctx)
+}
+
+// runCompensator runs the pipeline's compensator on its space's undo commands (Systems).
+func (h *host) runCompensator(ctx context.Context) error {
+	c := h.c
+	store := h.store.As(h.signers[Compensator])
+	systems := maps.Clone(c.Systems)
+	if _, ok := systems[saga.Mail]; !ok && c.Outbox != nil {
+		systems[saga.Mail] = undo.Mail{JS: c.JS, Space: c.Space(), Marks: h.marks, Store: store, Now: c.Now}
+	}
+	u, err := undo.New(undo.Config{
+		JS: c.JS, Space: c.Space(), Store: store, Systems: systems, Handovers: h.handovers, Heartbeat: c.Heartbeat,
+		TakeoverGap: c.TakeoverGap, Faults: c.Faults, Now: c.Now, RetryAttempts: c.RetryAttempts,
+		Logger: c.Logger, // undo.New names the service
+	})
+	if err != nil {
+		return err
+	}
+	return u.Run(ctx)
 }
 
 // settleAs moves a finishing run to done, by store's signer, once none of its messages is

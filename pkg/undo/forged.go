@@ -34,8 +34,8 @@ func (c *Compensator) refuseForged(ctx context.Context, runID string, forged []s
 	for i, f := range forged {
 		seqs[i] = fmt.Sprint(f.Seq)
 		c.log.Error("saga record refused: not reversed", slog.String("run_id", runID), slog.Uint64("seq", f.Seq), slog.String("reason", f.Reason))
-		id := events.RejectedID(assets.StreamSaga, f.Seq)
-		if err := c.audit.Reject(ctx, id, runID, events.NewRejected(assets.StreamSaga, f.Seq, f.Msg, f.Reason)); err != nil {
+		id := events.RejectedID(c.cfg.Space.Stream(assets.StreamSaga), f.Seq)
+		if err := c.audit.Reject(ctx, id, runID, events.NewRejected(c.cfg.Space.Stream(assets.StreamSaga), f.Seq, f.Msg, f.Reason)); err != nil {
 			c.log.Warn("recording a refused saga record", slog.String("run_id", runID), slog.Any("error", err))
 		}
 		c.record(ctx, runID, EventSagaRefused, f.Seq, f.Reason)
@@ -44,7 +44,7 @@ func (c *Compensator) refuseForged(ctx context.Context, runID string, forged []s
 		seqs = append(seqs[:maxNamed], "…")
 	}
 	c.noteForged(ctx, runID, len(forged), strings.Join(seqs, ", "))
-	return fmt.Sprintf("; %d saga records refused, not reversed (%s sequence %s): see cairn.rejected", len(forged), assets.StreamSaga, strings.Join(seqs, ", "))
+	return fmt.Sprintf("; %d saga records refused, not reversed (%s sequence %s): see %s", len(forged), c.cfg.Space.Stream(assets.StreamSaga), strings.Join(seqs, ", "), c.cfg.Space.Rejected())
 }
 
 // noteForged hands the refused saga records of runID to a person: a handover note
@@ -63,8 +63,8 @@ func (c *Compensator) noteForged(ctx context.Context, runID string, n int, seqs 
 	}
 	note := runner.HandoverNote{
 		ID: id, RunID: runID, Step: Step,
-		Error:      kc.CutText(fmt.Sprintf("%d saga records of %s were refused and not reversed (%s sequence %s): unsigned past the seal, or signed by a service that does not write them", n, runID, assets.StreamSaga, seqs), kc.MaxLastError),
-		NextAction: fmt.Sprintf("inspect them (nats stream get %s SEQ) and the rejections on cairn.rejected; the run's real effects were reversed", assets.StreamSaga),
+		Error:      kc.CutText(fmt.Sprintf("%d saga records of %s were refused and not reversed (%s sequence %s): unsigned past the seal, or signed by a service that does not write them", n, runID, c.cfg.Space.Stream(assets.StreamSaga), seqs), kc.MaxLastError),
+		NextAction: fmt.Sprintf("inspect them (nats stream get %s SEQ) and the rejections on %s; the run's real effects were reversed", c.cfg.Space.Stream(assets.StreamSaga), c.cfg.Space.Rejected()),
 		At:         c.cfg.Now().UTC().Format(time.RFC3339Nano),
 	}
 	b, err := json.Marshal(note)

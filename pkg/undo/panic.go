@@ -32,8 +32,9 @@ const panicAction = "a person decides: fix what made the undo panic, then cairn 
 func (c *Compensator) handoverPanic(ctx context.Context, m jetstream.Msg, nm *nats.Msg, seq uint64, id string, cause error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	runID, _, _ := events.ParseRunSubject(m.Subject())
-	if rerr := c.audit.Reject(ctx, events.RejectedID(assets.StreamRuns, seq), runID, events.NewRejected(assets.StreamRuns, seq, nm, cause.Error())); rerr != nil {
+	runID, _, _ := events.ParseRunSubjectIn(c.cfg.Space, m.Subject())
+	stream := c.cfg.Space.Stream(assets.StreamRuns)
+	if rerr := c.audit.Reject(ctx, events.RejectedID(stream, seq), runID, events.NewRejected(stream, seq, nm, cause.Error())); rerr != nil {
 		c.log.Error("recording a rejected undo", slog.Any("error", rerr))
 	}
 	if runID == "" {

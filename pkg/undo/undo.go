@@ -1,10 +1,15 @@
 // Package undo is the compensator: it reverses a run's outside effects, newest first, from
-// the run's saga records (DESIGN.md, "Compensation (the saga)").
+// the run's saga records (DESIGN.md, "Compensation (the saga)"), for any pipeline.
 //
-// An undo takes the run's lease as step "undo", raises the fences, and applies the plan's
-// reversals one by one, each a keyed, fenced write, recording its cursor in the checkpoint
-// after each. So an interrupted undo resumes where it stopped, and a repeated one finds
-// every reversal already made and makes none twice.
+// An undo takes the run's lease as step "undo", raises the fences of the pipeline's systems,
+// and applies the plan's reversals one by one, each a keyed, fenced write, recording its
+// cursor in the checkpoint after each. So an interrupted undo resumes where it stopped, and a
+// repeated one finds every reversal already made and makes none twice.
+//
+// What a reversal is belongs to the outside system: the pipeline registers a System for each
+// system name its effects carry (saga.Reverse.System), Config.Systems. An effect of a system
+// with none registered is never skipped: the undo hands the run over naming it, before it
+// reverses anything more.
 package undo
 
 import (
@@ -22,8 +27,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/cairnhq/cairn/internal/books"
-	"github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/audit"
 	"github.com/cairnhq/cairn/pkg/consume"
@@ -31,7 +34,6 @@ import (
 	"github.com/cairnhq/cairn/pkg/faults"
 	"github.com/cairnhq/cairn/pkg/fence"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
-	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/runner"
 	"github.com/cairnhq/cairn/pkg/saga"
 	"github.com/cairnhq/cairn/pkg/supervisor"
@@ -40,15 +42,32 @@ import (
 // Step is the lease step of an undo.
 const Step = kc.UndoLease
 
+// System is an outside system whose effects an undo reverses, registered under the system
+// name its effects carry (saga.Reverse.System).
+type System interface {
+	// RaiseFence raises the system's fence to the undo's token t before the undo's first
+	// reversal, so that a step's writer of an older token is refused from now on (a no-op
+	// for a system without fences). rec is the run's record (its params: a shadow run's
+	// tables). It is called at each start or resumption of an undo.
+	RaiseFence(ctx context.Context, t fence.Token, rec *kc.Record) error
+	// Reverse reverses effect e of run rec (its intent: e.Intent.Key, e.Intent.Reverse's
+	// system, key and payload) by a write fenced by t; made says whether it wrote a new
+	// reversal (false: reversed already, or nothing to reverse: the intent's write never
+	// landed). It must be safe to repeat: the undo repeats a reversal whose answer it lost.
+	// An error runner.IsTemporary takes for temporary is tried again in place.
+	Reverse(ctx context.Context, t fence.Token, rec *kc.Record, e saga.Effect) (made bool, err error)
+}
+
 // Config is what the compensator needs.
 type Config struct {
 	JS    jetstream.JetStream
-	Store *kc.Store
-	// Ledger is the ledger (shadow: its shadow tables) the reversals of ledger rows are
-	// written through: the ledger database, or its API (night.Env.LedgerBook).
-	Ledger      func(shadow bool) books.Book
-	ERP         *books.DB
-	Marks       jetstream.KeyValue // cairn-outbox-sent
+	Store *kc.Store // signing as the compensator (kvcheckpoint.DefaultRoles.Compensator)
+	// Space is the pipeline's: its runs stream and compensator durable, its saga, timeline
+	// and rejections. The zero value is the reference night's.
+	Space assets.Space
+	// Systems reverse the effects, by the system name each carries (saga.Reverse.System):
+	// saga.Mail for the outbox's messages (Mail), the pipeline's own names for the rest.
+	Systems     map[string]System
 	Handovers   jetstream.KeyValue // cairn-handovers: the note of an undo handed over (may be nil: no note)
 	Heartbeat   time.Duration      // default 5s
 	TakeoverGap time.Duration      // default 500ms
@@ -80,11 +99,19 @@ func New(c Config) (*Compensator, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.JS == nil || c.Store == nil || c.Ledger == nil || c.ERP == nil || c.Marks == nil {
-		return nil, errors.New("compensator: needs JetStream, the checkpoint store, both databases and the outbox marks")
+	if c.JS == nil || c.Store == nil {
+		return nil, errors.New("compensator: needs JetStream and the checkpoint store")
+	}
+	if len(c.Systems) == 0 {
+		return nil, errors.New("compensator: no Systems: register the reversal of each system the pipeline's effects name (saga.Reverse.System)")
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Systems)) {
+		if c.Systems[name] == nil {
+			return nil, fmt.Errorf("compensator: system %q is nil in Systems", name)
+		}
 	}
 	owner := runner.NewOwner("compensator")
-	return &Compensator{cfg: c, owner: owner, audit: audit.New(c.JS, "compensator", c.Now),
+	return &Compensator{cfg: c, owner: owner, audit: audit.New(c.JS, "compensator", c.Now).In(c.Space),
 		log: c.Logger.With(slog.String("service", "compensator"), slog.String("owner", owner.Name))}, nil
 }
 
@@ -97,9 +124,10 @@ func (c *Compensator) Run(ctx context.Context) error {
 		return fmt.Errorf("answering on %s: %w", c.owner.Inbox, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	cons, err := c.cfg.JS.Consumer(ctx, assets.StreamRuns, assets.ConsumerCompensator)
+	stream := c.cfg.Space.Stream(assets.StreamRuns)
+	cons, err := c.cfg.JS.Consumer(ctx, stream, assets.ConsumerCompensator)
 	if err != nil {
-		return fmt.Errorf("looking up consumer %q: %w", assets.ConsumerCompensator, err)
+		return fmt.Errorf("looking up consumer %q of %s: %w", assets.ConsumerCompensator, stream, err)
 	}
 	return consume.Run(ctx, cons, func(m jetstream.Msg) { c.Handle(ctx, m) }, consume.Pull(jetstream.PullMaxMessages(1)),
 		consume.Drain(), consume.StopWithin(10*time.Second), consume.Logger(c.log))
@@ -120,7 +148,7 @@ func (c *Compensator) Handle(ctx context.Context, m jetstream.Msg) {
 	// consume.Recover terms it.
 	var id string // the undo's request, once known
 	defer consume.Recover(c.log, m, func(err error) { c.handoverPanic(ctx, m, nm, seq, id, err) })
-	ev, err := events.DecodeCommand(nm, fmt.Sprintf("seq-%d", seq))
+	ev, err := events.DecodeCommandIn(c.cfg.Space, nm, fmt.Sprintf("seq-%d", seq))
 	var cmd events.Command
 	if err == nil {
 		err = ev.Unmarshal(&cmd)
@@ -144,8 +172,9 @@ func (c *Compensator) Handle(ctx context.Context, m jetstream.Msg) {
 		c.log.Warn("undo left to a newer release", slog.String("run_id", ev.Subject), slog.Any("error", err))
 		_ = m.NakWithDelay(kc.NewerSchemaRetry)
 	case errors.As(err, &rej), errors.Is(err, events.ErrInvalid), errors.Is(err, events.ErrInvalidID):
-		id := events.RejectedID(assets.StreamRuns, seq)
-		if rerr := c.audit.Reject(ctx, id, ev.Subject, events.NewRejected(assets.StreamRuns, seq, nm, err.Error())); rerr != nil {
+		stream := c.cfg.Space.Stream(assets.StreamRuns)
+		id := events.RejectedID(stream, seq)
+		if rerr := c.audit.Reject(ctx, id, ev.Subject, events.NewRejected(stream, seq, nm, err.Error())); rerr != nil {
 			_ = m.NakWithDelay(time.Second)
 			return
 		}
@@ -231,7 +260,7 @@ func (c *Compensator) undo(ctx context.Context, m jetstream.Msg, runID, id strin
 	}
 	if l := rec.Lease; l != nil {
 		if l.Step == Step && runner.OwnerGone(ctx, c.cfg.JS.Conn(), *l, c.cfg.TakeoverGap) {
-			if _, err := runner.ReleaseLease(ctx, c.cfg.JS, assets.Default, c.cfg.Store, "/cairn/compensator", runID, *l, "owner "+l.Owner+" gone (no responders)", c.cfg.Now); err != nil {
+			if _, err := runner.ReleaseLease(ctx, c.cfg.JS, c.cfg.Space, c.cfg.Store, "/cairn/compensator", runID, *l, "owner "+l.Owner+" gone (no responders)", c.cfg.Now); err != nil {
 				return err
 			}
 		}
@@ -240,7 +269,7 @@ func (c *Compensator) undo(ctx context.Context, m jetstream.Msg, runID, id strin
 	if busy(rec) {
 		return nil // after the other undo
 	}
-	effects, forged, err := saga.Effects(ctx, c.cfg.JS, assets.Default, runner.SagaTrust(c.cfg.Store), runID)
+	effects, forged, err := saga.Effects(ctx, c.cfg.JS, c.cfg.Space, runner.SagaTrust(c.cfg.Store), runID)
 	if err != nil {
 		return err
 	}
@@ -276,13 +305,13 @@ func (c *Compensator) reverse(ctx context.Context, m jetstream.Msg, h *kc.Holder
 	runID := cur.RunID
 	token := fence.Token{RunID: runID, Epoch: c.cfg.Store.Epoch(), Value: h.Token()}
 	log := c.log.With(slog.String("run_id", runID), slog.Uint64("token", token.Value))
-	shadow := cur.Params.Shadow
-	ledger, stock := c.cfg.Ledger(shadow), c.cfg.ERP.Stock(shadow)
-	if err := ledger.RaiseFence(ctx, token); err != nil {
-		return c.stop(ctx, h, err)
+	if missing := c.unregistered(plan[cur.Undo.Cursor:]); len(missing) > 0 {
+		return c.handOver(ctx, h, missing)
 	}
-	if err := stock.RaiseFence(ctx, token); err != nil {
-		return c.stop(ctx, h, err)
+	for _, name := range slices.Sorted(maps.Keys(c.cfg.Systems)) {
+		if err := c.cfg.Systems[name].RaiseFence(ctx, token, cur); err != nil {
+			return c.stop(ctx, h, fmt.Errorf("raising the fence of %s: %w", name, err))
+		}
 	}
 	c.record(ctx, runID, "undo.started", h.Token(), fmt.Sprintf("%d effects of %s", len(plan), describe(sc)))
 	for i := cur.Undo.Cursor; i < len(plan); i++ {
@@ -296,7 +325,7 @@ func (c *Compensator) reverse(ctx context.Context, m jetstream.Msg, h *kc.Holder
 		var made bool
 		err := runner.ItemPolicy(c.cfg.RetryAttempts).Do(ctx, runner.IsTemporary, func(int) error {
 			var err error
-			made, err = c.apply(ctx, ledger, stock, token, cur, e)
+			made, err = c.cfg.Systems[e.Intent.Reverse.System].Reverse(ctx, token, cur, e)
 			return err
 		})
 		if err != nil {
@@ -339,60 +368,6 @@ func (c *Compensator) reverse(ctx context.Context, m jetstream.Msg, h *kc.Holder
 	c.record(ctx, runID, "undo.done", h.Token(), fmt.Sprintf("%d of %d effects reversed", done.Undo.Reversed, len(plan)))
 	log.Info("undo done", slog.Int("reversed", done.Undo.Reversed), slog.Int("effects", len(plan)))
 	return nil
-}
-
-// apply makes one effect's reversal; made says whether it made a new one.
-func (c *Compensator) apply(ctx context.Context, ledger books.Book, stock *books.Stock, t fence.Token, rec *kc.Record, e saga.Effect) (bool, error) {
-	r := e.Intent.Reverse
-	stamp := c.cfg.Now().UTC().Format(time.RFC3339Nano)
-	switch r.System {
-	case night.SystemLedger:
-		// The reversal is the negation of the row the ledger holds under the effect's key,
-		// never what the intent says it should be.
-		rev, err := ledger.Reversal(ctx, e.Intent.Key, stamp)
-		if errors.Is(err, books.ErrNoOriginal) {
-			return false, nil // the intent's write never landed: nothing to reverse
-		}
-		if err != nil {
-			return false, err
-		}
-		return ledger.Post(ctx, t, rev)
-	case night.SystemStock:
-		var asked books.Adjustment
-		if err := json.Unmarshal(r.Payload, &asked); err != nil {
-			return false, err
-		}
-		rev, err := stock.Reversal(ctx, e.Intent.Key, asked.Reason, stamp)
-		if errors.Is(err, books.ErrNoOriginal) {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		return stock.Apply(ctx, t, rev)
-	case saga.Mail:
-		// Never handed to the sender: cancelled. Otherwise it may have gone: withdrawn.
-		cancelled, err := outbox.Cancel(ctx, c.cfg.Marks, rec.RunID, e.Intent.Key)
-		if err != nil || cancelled {
-			return cancelled, err
-		}
-		var w outbox.Message
-		if err := json.Unmarshal(r.Payload, &w); err != nil {
-			return false, err
-		}
-		mark, err := outbox.MarkOf(ctx, c.cfg.Marks, rec.RunID, w.Key)
-		if err != nil {
-			return false, err
-		}
-		if mark != "" {
-			return false, nil // withdrawn already (an earlier undo)
-		}
-		// Queued under its key: a repeat before it is sent is dropped as a duplicate.
-		w.Step, w.Generation, w.Token, w.QueuedAt = Step, rec.Generation, t.Value, c.cfg.Now().UTC().Round(time.Second)
-		return true, outbox.Queue(ctx, c.cfg.JS, w, outbox.SignedBy(c.cfg.Store.Signer()))
-	default:
-		return false, fmt.Errorf("unknown system %q", r.System)
-	}
 }
 
 // stop ends an undo that could not go on: the lease released (the cursor stays), so the

@@ -1,0 +1,127 @@
+package undo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/fence"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/outbox"
+	"github.com/cairnhq/cairn/pkg/runner"
+	"github.com/cairnhq/cairn/pkg/saga"
+)
+
+// EventUnregistered is the timeline event of an undo handed over because an effect it must
+// reverse names a system with no System registered.
+const EventUnregistered = "undo.unregistered"
+
+// unregistered returns the effects of plan whose system has no System, in plan order.
+func (c *Compensator) unregistered(plan []saga.Effect) []saga.Effect {
+	var out []saga.Effect
+	for _, e := range plan {
+		if _, ok := c.cfg.Systems[e.Intent.Reverse.System]; !ok {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// handOver hands the run over to a person before the undo reverses anything more: an effect
+// left to reverse (missing, in plan order) names a system the compensator cannot reverse.
+// Skipping it would leave an outside write standing under a run that reads undone. The note
+// (<run>:handover:undo:system) names the systems and the first keys; the record is handed
+// over with the lease released and the cursor kept, and the command is settled: a new undo
+// (another request) after the system is registered goes on from there.
+func (c *Compensator) handOver(ctx context.Context, h *kc.Holder, missing []saga.Effect) error {
+	cur, _ := h.Record()
+	runID := cur.RunID
+	systems := map[string]bool{}
+	var keys []string
+	for _, e := range missing {
+		systems[e.Intent.Reverse.System] = true
+		if len(keys) < maxNamed {
+			keys = append(keys, e.Intent.Key)
+		}
+	}
+	if len(missing) > maxNamed {
+		keys = append(keys, "…")
+	}
+	names := slices.Sorted(maps.Keys(systems))
+	note := runner.HandoverNote{
+		ID: runID + ":handover:" + Step + ":system", RunID: runID, Step: Step,
+		Error: kc.CutText(fmt.Sprintf("undo of %s: %d effects name systems with no reversal registered: %s (keys %s); registered: %s",
+			runID, len(missing), strings.Join(names, ", "), strings.Join(keys, ", "), strings.Join(slices.Sorted(maps.Keys(c.cfg.Systems)), ", ")), kc.MaxLastError),
+		NextAction: fmt.Sprintf("a person decides: register the reversal of system %s (undo.Config.Systems) and undo %s again, or reverse those effects by hand", strings.Join(names, ", "), runID),
+		At:         c.cfg.Now().UTC().Format(time.RFC3339Nano),
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if c.cfg.Handovers != nil {
+		if b, err := json.Marshal(note); err == nil {
+			if _, err := c.cfg.Handovers.Put(wctx, runID, b); err != nil {
+				c.log.Error("writing handover note", slog.String("run_id", runID), slog.Any("error", err))
+			}
+		}
+	}
+	if err := h.Release(wctx, func(r *kc.Record) error {
+		r.Status = kc.HandedOver
+		r.Handover = &note.ID
+		r.NextAction = note.NextAction
+		return nil
+	}); err != nil {
+		return c.stop(ctx, h, err)
+	}
+	c.record(ctx, runID, EventUnregistered, h.Token(), kc.CutText(note.Error, 512))
+	c.log.Error("undo handed over: effects of unregistered systems", slog.String("run_id", runID), slog.Any("systems", names), slog.Int("effects", len(missing)))
+	return nil
+}
+
+// Mail reverses the messages a run's steps queued through the outbox (system saga.Mail):
+// one never handed to the sender is cancelled; one that may have gone is withdrawn, a
+// message of its own queued under the withdrawal's key.
+type Mail struct {
+	JS    jetstream.JetStream
+	Space assets.Space       // the pipeline's outbox
+	Marks jetstream.KeyValue // the space's cairn-outbox-sent bucket
+	Store *kc.Store          // signs the withdrawals (the compensator's)
+	Now   func() time.Time
+}
+
+// RaiseFence is a no-op: the outbox admits a message by the run's record.
+func (Mail) RaiseFence(context.Context, fence.Token, *kc.Record) error { return nil }
+
+// Reverse cancels or withdraws the message of e.
+func (m Mail) Reverse(ctx context.Context, t fence.Token, rec *kc.Record, e saga.Effect) (bool, error) {
+	// Never handed to the sender: cancelled. Otherwise it may have gone: withdrawn.
+	cancelled, err := outbox.Cancel(ctx, m.Marks, rec.RunID, e.Intent.Key)
+	if err != nil || cancelled {
+		return cancelled, err
+	}
+	var w outbox.Message
+	if err := json.Unmarshal(e.Intent.Reverse.Payload, &w); err != nil {
+		return false, err
+	}
+	mark, err := outbox.MarkOf(ctx, m.Marks, rec.RunID, w.Key)
+	if err != nil {
+		return false, err
+	}
+	if mark != "" {
+		return false, nil // withdrawn already (an earlier undo)
+	}
+	now := time.Now
+	if m.Now != nil {
+		now = m.Now
+	}
+	// Queued under its key: a repeat before it is sent is dropped as a duplicate.
+	w.Step, w.Generation, w.Token, w.QueuedAt = Step, rec.Generation, t.Value, now().UTC().Round(time.Second)
+	return true, outbox.Queue(ctx, m.JS, w, outbox.SignedBy(m.Store.Signer()), outbox.In(m.Space))
+}
