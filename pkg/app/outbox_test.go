@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/emersion/go-smtp"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -329,42 +328,8 @@ func TestOutboxPermissions(t *testing.T) {
 	dir := t.TempDir()
 	var attempts atomic.Int32
 	perm := notes(nil, "perm", "", "", &attempts).Assets().Permissions()
-	users := []*server.User{{Username: "admin", Password: "admin"}, {Username: "perm", Password: "perm", Permissions: &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: perm.Publish, Deny: perm.PublishDeny},
-		Subscribe: &server.SubjectPermission{Allow: perm.Subscribe},
-		Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute},
-	}}}
-	srv, err := server.NewServer(&server.Options{ServerName: "outbox-perms", Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: filepath.Join(dir, "nats"), NoSigs: true, NoLog: true, Users: users})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(15 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
-	defer srv.Shutdown()
-	var mu sync.Mutex
-	var refused []string
-	connect := func(user string, opts ...nats.Option) jetstream.JetStream {
-		opts = append(opts, nats.UserInfo(user, user), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			mu.Lock()
-			refused = append(refused, user+": "+err.Error())
-			mu.Unlock()
-		}))
-		nc, err := nats.Connect(srv.ClientURL(), opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return js
-	}
-	admin := connect("admin")
-	own := connect("perm", nats.CustomInboxPrefix(assets.MustSpace("perm").Inbox()))
+	un := startUsersNATS(t, map[string]assets.Permissions{"perm": perm})
+	admin, own := un.connect("admin"), un.connect("perm")
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 
@@ -384,10 +349,8 @@ func TestOutboxPermissions(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(refused) > 0 {
-		t.Errorf("the pipeline's services were refused: %v", refused)
+	if v := un.violations(false); len(v) > 0 {
+		t.Errorf("the pipeline's services were refused: %v", v)
 	}
 }
 

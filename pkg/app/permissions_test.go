@@ -21,47 +21,13 @@ import (
 // run nor read its checkpoints.
 func TestPipelinePermissions(t *testing.T) {
 	dir := t.TempDir()
-	users := []*server.User{{Username: "admin", Password: "admin"}}
+	perms := map[string]assets.Permissions{}
 	for _, p := range []string{"alpha", "beta"} {
-		perm := greeting(nil, p, "").Assets().Permissions()
-		users = append(users, &server.User{Username: p, Password: p, Permissions: &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: perm.Publish, Deny: perm.PublishDeny},
-			Subscribe: &server.SubjectPermission{Allow: perm.Subscribe},
-			Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute},
-		}})
+		perms[p] = greeting(nil, p, "").Assets().Permissions()
 	}
-	srv, err := server.NewServer(&server.Options{ServerName: "perms", Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: filepath.Join(dir, "nats"), NoSigs: true, NoLog: true, Users: users})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(15 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
-	defer srv.Shutdown()
-
-	var mu sync.Mutex
-	var refused []string
-	connect := func(user string, opts ...nats.Option) jetstream.JetStream {
-		opts = append(opts, nats.UserInfo(user, user), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			mu.Lock()
-			refused = append(refused, user+": "+err.Error())
-			mu.Unlock()
-		}))
-		nc, err := nats.Connect(srv.ClientURL(), opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return js
-	}
-	admin := connect("admin")
-	alpha := connect("alpha", nats.CustomInboxPrefix(assets.MustSpace("alpha").Inbox()))
+	un := startUsersNATS(t, perms)
+	admin := un.connect("admin")
+	alpha := un.connect("alpha")
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 
@@ -86,12 +52,9 @@ func TestPipelinePermissions(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	if len(refused) > 0 {
-		t.Errorf("alpha's services were refused: %v", refused)
+	if v := un.violations(true); len(v) > 0 {
+		t.Errorf("alpha's services were refused: %v", v)
 	}
-	refused = nil
-	mu.Unlock()
 
 	// What alpha's user may not do: start beta's run, read beta's checkpoints.
 	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
@@ -118,9 +81,74 @@ func TestPipelinePermissions(t *testing.T) {
 			t.Errorf("durable %s on %s: %v", d.durable, d.stream, err)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(refused) == 0 {
+	if refused := un.violations(false); len(refused) == 0 {
 		t.Error("the server reported no permissions violation")
 	}
+}
+
+// usersNATS is a nats-server with users: admin, and one user per pipeline holding its
+// assets.Permissions (as `cairn permissions` prints them). It records every permissions
+// violation its clients are told of.
+type usersNATS struct {
+	t       *testing.T
+	srv     *server.Server
+	mu      sync.Mutex
+	refused []string
+}
+
+func startUsersNATS(t *testing.T, perms map[string]assets.Permissions) *usersNATS {
+	t.Helper()
+	users := []*server.User{{Username: "admin", Password: "admin"}}
+	for name, perm := range perms {
+		users = append(users, &server.User{Username: name, Password: name, Permissions: &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: perm.Publish, Deny: perm.PublishDeny},
+			Subscribe: &server.SubjectPermission{Allow: perm.Subscribe},
+			Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute},
+		}})
+	}
+	srv, err := server.NewServer(&server.Options{ServerName: "users", Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: filepath.Join(t.TempDir(), "nats"), NoSigs: true, NoLog: true, Users: users})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(15 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	t.Cleanup(srv.Shutdown)
+	return &usersNATS{t: t, srv: srv}
+}
+
+// connect connects as user: a pipeline's user with its space's inbox prefix.
+func (u *usersNATS) connect(user string) jetstream.JetStream {
+	u.t.Helper()
+	opts := []nats.Option{nats.UserInfo(user, user), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		u.mu.Lock()
+		u.refused = append(u.refused, user+": "+err.Error())
+		u.mu.Unlock()
+	})}
+	if user != "admin" {
+		opts = append(opts, nats.CustomInboxPrefix(assets.MustSpace(user).Inbox()))
+	}
+	nc, err := nats.Connect(u.srv.ClientURL(), opts...)
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	u.t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	return js
+}
+
+// violations are the permissions violations seen so far; reset forgets them.
+func (u *usersNATS) violations(reset bool) []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	v := u.refused
+	if reset {
+		u.refused = nil
+	}
+	return v
 }

@@ -8,12 +8,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	_ "modernc.org/sqlite"
 
@@ -437,44 +434,8 @@ func TestSystemsConfigRefused(t *testing.T) {
 func TestUndoPermissions(t *testing.T) {
 	dir := t.TempDir()
 	perm := rowsPipeline(nil, "", nil).Assets().Permissions()
-	srv, err := server.NewServer(&server.Options{ServerName: "undo-perms", Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: filepath.Join(dir, "nats"), NoSigs: true, NoLog: true, Users: []*server.User{
-			{Username: "admin", Password: "admin"},
-			{Username: "rows", Password: "rows", Permissions: &server.Permissions{
-				Publish:   &server.SubjectPermission{Allow: perm.Publish, Deny: perm.PublishDeny},
-				Subscribe: &server.SubjectPermission{Allow: perm.Subscribe},
-				Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute},
-			}},
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(15 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
-	defer srv.Shutdown()
-	var mu sync.Mutex
-	var refused []string
-	connect := func(user string, opts ...nats.Option) jetstream.JetStream {
-		opts = append(opts, nats.UserInfo(user, user), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			mu.Lock()
-			refused = append(refused, user+": "+err.Error())
-			mu.Unlock()
-		}))
-		nc, err := nats.Connect(srv.ClientURL(), opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return js
-	}
-	admin := connect("admin")
-	own := connect("rows", nats.CustomInboxPrefix(assets.MustSpace("rows").Inbox()))
+	un := startUsersNATS(t, map[string]assets.Permissions{"rows": perm})
+	admin, own := un.connect("admin"), un.connect("rows")
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	db := openRows(t, filepath.Join(dir, "rows.db"))
@@ -512,9 +473,7 @@ func TestUndoPermissions(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(refused) > 0 {
-		t.Errorf("the pipeline's services were refused: %v", refused)
+	if v := un.violations(false); len(v) > 0 {
+		t.Errorf("the pipeline's services were refused: %v", v)
 	}
 }
