@@ -21,7 +21,7 @@
 //     record is uploaded once however often the upload step restarts, and a zombie worker's
 //     late upload is refused by the upload system;
 //   - a run that cannot go on (the loop guard, a refused key) is handed to a person;
-//   - an undo (of the run, or of chosen records: --where record=<id>) reverses the uploads
+//   - an undo (of the run, or of chosen records: cairn undo --attr record=<id>) reverses the uploads
 //     newest first through the upload system's reversal (Systems), each once, resuming
 //     where it stopped after a crash.
 //
@@ -114,7 +114,7 @@ var Pipeline = pipeline.Definition{
 			Effects:    "one row per record in the upload system",
 			Key:        "<run>:upload:<record id>, the Idempotency-Key the upload system enforces (same payload: the stored answer; another: 422, handover); fenced by the run's token (Cairn-Run, Cairn-Fence-Token)",
 			Compensation: "each upload reversed by the upload system (POST /v1/uploads/<key>/reversal, keyed <key>:rev, fenced by the undo's token): the row stays, marked reversed, once however often the undo is repeated; " +
-				"an upload that never landed has nothing to reverse; --where record=<id> selects records",
+				"an upload that never landed has nothing to reverse; cairn undo RUN --pipeline enrich --attr record=<id> reverses that record's alone",
 			ItemRetries: true,
 		},
 	},
