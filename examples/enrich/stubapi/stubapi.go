@@ -1,7 +1,8 @@
 // Package stubapi runs the enrich job's outside systems as real HTTP servers on
 // loopback ports: a slow profile API, a rate-limited geo API, a risk API whose calls
 // for chosen records hang, and an upload system made idempotent and fenced by
-// pkg/httpidem over a SQLite file. Every [APIs] from [Start] is independent of any
+// pkg/httpidem over a SQLite file, which also reverses an upload (POST
+// /v1/uploads/{key}/reversal, once per upload, the row kept and marked reversed). Every [APIs] from [Start] is independent of any
 // other (no package-level state), so a demo can run two jobs side by side.
 package stubapi
 
