@@ -20,10 +20,14 @@
 //   - every upload is keyed and fenced (Attempt.Keyed with pkg/httpidem's client), so a
 //     record is uploaded once however often the upload step restarts, and a zombie worker's
 //     late upload is refused by the upload system;
-//   - a run that cannot go on (the loop guard, a refused key) is handed to a person.
+//   - a run that cannot go on (the loop guard, a refused key) is handed to a person;
+//   - an undo (of the run, or of chosen records: cairn undo --attr record=<id>) reverses the uploads
+//     newest first through the upload system's reversal (Systems), each once, resuming
+//     where it stopped after a crash.
 //
-// What it writes itself: the definition (Pipeline), one runner.Step per step, and the
-// calls to its outside systems (package records).
+// What it writes itself: the definition (Pipeline), one runner.Step per step, the
+// reversal of an upload (UploadSystem), and the calls to its outside systems (package
+// records).
 package enrich
 
 import (
@@ -106,9 +110,11 @@ var Pipeline = pipeline.Definition{
 		},
 		{
 			Name: Upload, Kind: pipeline.BusinessWrite, Leased: true, Fenced: true, ChecksSource: true, Recovery: "keys enforced by the upload system; fenced; after a break, only while the records file is what fetch read",
-			Checkpoint:  "every upload's receipt (status, reference)",
-			Effects:     "one row per record in the upload system",
-			Key:         "<run>:upload:<record id>, the Idempotency-Key the upload system enforces (same payload: the stored answer; another: 422, handover); fenced by the run's token (Cairn-Run, Cairn-Fence-Token)",
+			Checkpoint: "every upload's receipt (status, reference)",
+			Effects:    "one row per record in the upload system",
+			Key:        "<run>:upload:<record id>, the Idempotency-Key the upload system enforces (same payload: the stored answer; another: 422, handover); fenced by the run's token (Cairn-Run, Cairn-Fence-Token)",
+			Compensation: "each upload reversed by the upload system (POST /v1/uploads/<key>/reversal, keyed <key>:rev, fenced by the undo's token): the row stays, marked reversed, once however often the undo is repeated; " +
+				"an upload that never landed has nothing to reverse; cairn undo RUN --pipeline enrich --attr record=<id> reverses that record's alone",
 			ItemRetries: true,
 		},
 	},

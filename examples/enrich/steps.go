@@ -299,11 +299,16 @@ func uploadKey(run, id string) string { return run + ":upload:" + id }
 // RaiseFences raises the upload system's fence of the run to the attempt's token before
 // anything is written: a zombie's late upload with an older token is refused from now on.
 func (s uploadStep) RaiseFences(ctx context.Context, a *runner.Attempt, t fence.Token) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/v1/fences", nil)
+	return raiseFence(ctx, s.url, a.RunID, t)
+}
+
+// raiseFence raises the upload system's fence of run to token t (POST /v1/fences).
+func raiseFence(ctx context.Context, url, run string, t fence.Token) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/fences", nil)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Cairn-Run", a.RunID)
+	req.Header.Set("Cairn-Run", run)
 	req.Header.Set("Cairn-Fence-Token", fmt.Sprint(t.Value))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -339,7 +344,13 @@ func (s uploadStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result,
 			return nil, err
 		}
 		bodies[i] = b
-		effs[i] = runner.Effect{Key: uploadKey(a.RunID, u.ID), Payload: u, Attrs: map[string]string{"record": u.ID}}
+		key := uploadKey(a.RunID, u.ID)
+		rev, err := json.Marshal(reversal{ID: u.ID})
+		if err != nil {
+			return nil, err
+		}
+		effs[i] = runner.Effect{Key: key, Payload: u, Attrs: map[string]string{"record": u.ID},
+			Reverse: &saga.Reverse{System: SystemUpload, Key: reversalKey(key), Payload: rev}}
 	}
 	out := uploaded{Receipts: make(map[string]saga.Receipt, len(in))}
 	err := a.Keyed(ctx, effs, func(ctx context.Context, i int) (*saga.Receipt, error) {

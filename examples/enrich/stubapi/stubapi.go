@@ -1,7 +1,8 @@
 // Package stubapi runs the enrich job's outside systems as real HTTP servers on
 // loopback ports: a slow profile API, a rate-limited geo API, a risk API whose calls
 // for chosen records hang, and an upload system made idempotent and fenced by
-// pkg/httpidem over a SQLite file. Every [APIs] from [Start] is independent of any
+// pkg/httpidem over a SQLite file, which also reverses an upload (POST
+// /v1/uploads/{key}/reversal, once per upload, the row kept and marked reversed). Every [APIs] from [Start] is independent of any
 // other (no package-level state), so a demo can run two jobs side by side.
 package stubapi
 
@@ -31,6 +32,8 @@ const (
 	APIGeo     = "geo"
 	APIRisk    = "risk"
 	APIUpload  = "upload"
+	// APIReversal counts the reversal requests (POST /v1/uploads/{key}/reversal).
+	APIReversal = "reversal"
 )
 
 // Config shapes the outside systems' behaviour.
@@ -161,7 +164,7 @@ func (a *APIs) Close() {
 // Counts is a snapshot of what the outside systems saw.
 type Counts struct {
 	// Calls is the requests received per API name ("profile", "geo", "risk", "upload":
-	// POSTs of uploads only, not the GET listing).
+	// POSTs of uploads only, not the GET listing; "reversal": POSTs of reversals).
 	Calls map[string]int
 	// PerRecord is api -> record id -> requests received for it.
 	PerRecord map[string]map[string]int
@@ -171,11 +174,15 @@ type Counts struct {
 	Hung int
 	// Uploads is the rows of the uploads table, Records the distinct record ids among
 	// them, and Duplicates Uploads - Records: the records uploaded more than once. These
-	// three are read from the database, which Reset does not touch.
+	// three are read from the database, which Reset does not touch. A reversed upload stays
+	// a row: they count it still.
 	Uploads, Records, Duplicates int
-	// Fenced is the uploads refused 409 with problem type TypeFenced.
+	// Reversed is the rows of Uploads reversed (POST /v1/uploads/{key}/reversal), each at
+	// most once; read from the database too.
+	Reversed int
+	// Fenced is the uploads and reversals refused 409 with problem type TypeFenced.
 	Fenced int
-	// Err is set when the database could not be read; the three counts from it are
+	// Err is set when the database could not be read; the four counts from it are
 	// then -1.
 	Err error
 }
@@ -183,9 +190,9 @@ type Counts struct {
 // Counts reads the counters and the database's counts. It is safe for concurrent use.
 func (a *APIs) Counts() Counts {
 	c := a.stats.snapshot()
-	err := a.db.QueryRow(`SELECT COUNT(*), COUNT(DISTINCT record_id) FROM uploads`).Scan(&c.Uploads, &c.Records)
+	err := a.db.QueryRow(`SELECT COUNT(*), COUNT(DISTINCT record_id), (SELECT COUNT(*) FROM reversals) FROM uploads`).Scan(&c.Uploads, &c.Records, &c.Reversed)
 	if err != nil {
-		c.Uploads, c.Records, c.Duplicates, c.Err = -1, -1, -1, fmt.Errorf("counting uploads: %w", err)
+		c.Uploads, c.Records, c.Duplicates, c.Reversed, c.Err = -1, -1, -1, -1, fmt.Errorf("counting uploads: %w", err)
 		return c
 	}
 	c.Duplicates = c.Uploads - c.Records

@@ -281,3 +281,71 @@ func TestStartRefusesBadConfig(t *testing.T) {
 		t.Fatalf("negative rate: %v", err)
 	}
 }
+
+// A reversal of an upload is keyed and fenced like a create: the first marks the upload
+// reversed (201); its repeat under the same key is the stored answer; another key reverses
+// nothing more (200, existing); a key never uploaded is a 404, a body naming another record
+// a 409, a lower token fenced; the upload counts keep their meaning.
+func TestReversal(t *testing.T) {
+	a := start(t, stubapi.Config{})
+	cl, err := httpidem.NewClient(httpidem.ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i, u := range []records.Upload{u1, {ID: "rec-0002", Name: "B", Email: "b@b.in", AmountPaise: 100}} {
+		b, _ := json.Marshal(u)
+		if _, err := cl.Write(ctx, httpidem.Request{URL: a.UploadURL + "/v1/uploads", Key: "run-7:upload:" + u.ID, Run: "run-7", Token: uint64(i + 1), Body: b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reverse := func(key, revKey, id string, token uint64) (httpidem.Receipt, error) {
+		b, _ := json.Marshal(stubapi.Reversal{ID: id})
+		return cl.Write(ctx, httpidem.Request{URL: a.UploadURL + stubapi.ReversalPath(key), Key: revKey, Run: "run-7", Token: token, Body: b})
+	}
+	rc, err := reverse("run-7:upload:rec-0001", "run-7:upload:rec-0001:rev", "rec-0001", 5)
+	if err != nil || rc.Status != http.StatusCreated || rc.Replayed {
+		t.Fatalf("first reversal: %+v, %v; want 201", rc, err)
+	}
+	rc, err = reverse("run-7:upload:rec-0001", "run-7:upload:rec-0001:rev", "rec-0001", 5)
+	if err != nil || rc.Status != http.StatusCreated || !rc.Replayed {
+		t.Fatalf("the same reversal again: %+v, %v; want the stored 201", rc, err)
+	}
+	rc, err = reverse("run-7:upload:rec-0001", "another-key", "rec-0001", 5)
+	if err != nil || rc.Status != http.StatusOK || rc.Replayed {
+		t.Fatalf("a reversal of it under another key: %+v, %v; want 200, existing", rc, err)
+	}
+	var e *httpidem.Error
+	if _, err = reverse("run-7:upload:rec-0404", "run-7:upload:rec-0404:rev", "rec-0404", 5); !errors.As(err, &e) || e.Status != http.StatusNotFound || e.Problem.Type != stubapi.TypeNotUploaded {
+		t.Fatalf("a reversal of a key never uploaded: %v, want 404 %s", err, stubapi.TypeNotUploaded)
+	}
+	if _, err = reverse("run-7:upload:rec-0002", "run-7:upload:rec-0002:rev", "rec-0001", 5); !errors.As(err, &e) || e.Status != http.StatusConflict || e.Problem.Type != stubapi.TypeReversalMismatch {
+		t.Fatalf("a reversal naming another record: %v, want 409 %s", err, stubapi.TypeReversalMismatch)
+	}
+	if _, err = reverse("run-7:upload:rec-0002", "run-7:upload:rec-0002:rev2", "rec-0002", 4); !errors.Is(err, httpidem.ErrFenced) {
+		t.Fatalf("a reversal under token 4 after 5: %v, want fenced", err)
+	}
+	got := a.Counts()
+	if got.Uploads != 2 || got.Records != 2 || got.Duplicates != 0 || got.Reversed != 1 || got.Fenced != 1 || got.Calls[stubapi.APIReversal] != 6 || got.Err != nil {
+		t.Fatalf("counts %+v; want 2 uploads, 1 reversed, 1 fenced, 6 reversal calls", got)
+	}
+	resp, err := http.Get(a.UploadURL + "/v1/uploads?run_id=run-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var listed []stubapi.Row
+	if err := json.NewDecoder(resp.Body).Decode(&listed); err != nil || len(listed) != 2 ||
+		!listed[0].Reversed || listed[0].RecordID != "rec-0001" || listed[0].ReversalSeq == 0 || listed[1].Reversed {
+		t.Fatalf("GET listing %+v, %v; want rec-0001 reversed, rec-0002 not", listed, err)
+	}
+	// Without an Idempotency-Key a reversal is refused.
+	resp2, err := http.Post(a.UploadURL+stubapi.ReversalPath("run-7:upload:rec-0002"), "application/json", strings.NewReader(`{"id":"rec-0002"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp2.Body.Close()
+	if resp2.StatusCode != http.StatusBadRequest || a.Counts().Reversed != 1 {
+		t.Fatalf("a reversal without a key: %d, %d reversed; want 400 and still 1", resp2.StatusCode, a.Counts().Reversed)
+	}
+}

@@ -5,9 +5,11 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -33,6 +35,17 @@ func openDB(path string) (*sql.DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("creating the uploads table in %s: %w", path, err)
 	}
+	// A reversal per upload at most (upload_seq is unique): a second one, under any key, is
+	// answered with the first.
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS reversals(
+		seq INTEGER PRIMARY KEY,
+		upload_seq INTEGER NOT NULL UNIQUE REFERENCES uploads(seq),
+		idem_key TEXT,
+		run_id TEXT,
+		token INTEGER)`); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("creating the reversals table in %s: %w", path, err)
+	}
 	if err := httpidem.NewSQLiteStore(db).CreateTables(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("in %s: %w", path, err)
@@ -48,14 +61,37 @@ type Row struct {
 	IdemKey  string `json:"idem_key,omitempty"`
 	RunID    string `json:"run_id,omitempty"`
 	Token    int64  `json:"token,omitempty"`
+	// Reversed says the upload was reversed (POST /v1/uploads/{key}/reversal), by the
+	// reversal ReversalSeq; the row stays, marked.
+	Reversed    bool  `json:"reversed"`
+	ReversalSeq int64 `json:"reversal_seq,omitempty"`
 }
 
+// TypeNotUploaded is the problem type of a reversal of a key never uploaded (404).
+const TypeNotUploaded = "https://github.com/cairnhq/cairn/blob/main/examples/enrich/stubapi/upload.go#not-uploaded"
+
+// TypeReversalMismatch is the problem type of a reversal whose body names another record
+// than the upload of its key (409).
+const TypeReversalMismatch = "https://github.com/cairnhq/cairn/blob/main/examples/enrich/stubapi/upload.go#reversal-mismatch"
+
+// Reversal is the body of POST /v1/uploads/{key}/reversal: the record the upload of key
+// holds, checked against it.
+type Reversal struct {
+	ID string `json:"id"`
+}
+
+// ReversalPath is the path of the reversal of the upload made under idempotency key key.
+func ReversalPath(key string) string { return "/v1/uploads/" + url.PathEscape(key) + "/reversal" }
+
 // uploadHandler is the upload system: POST /v1/uploads through the idempotency
-// middleware (counted, and its fenced answers counted), GET /v1/uploads listing rows.
+// middleware (counted, and its fenced answers counted), POST /v1/uploads/{key}/reversal
+// the same way (its own key required), GET /v1/uploads listing rows.
 func (a *APIs) uploadHandler() http.Handler {
 	create := httpidem.New(httpidem.NewSQLiteStore(a.db)).Wrap(http.HandlerFunc(a.create))
+	reverse := httpidem.New(httpidem.NewSQLiteStore(a.db), httpidem.WithKeyRequired()).Wrap(http.HandlerFunc(a.reverse))
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/uploads", a.counted(create))
+	mux.Handle("POST /v1/uploads", a.counted(APIUpload, create))
+	mux.Handle("POST /v1/uploads/{key}/reversal", a.counted(APIReversal, reverse))
 	mux.HandleFunc("GET /v1/uploads", a.list)
 	mux.HandleFunc("POST /v1/fences", a.raise)
 	return mux
@@ -89,19 +125,21 @@ func (a *APIs) raise(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// counted counts each upload request (by the record id of its body) and each fenced
-// answer it gets.
-func (a *APIs) counted(next http.Handler) http.Handler {
+// counted counts each request to api (by the record id of its body: an upload's or a
+// reversal's "id") and each fenced answer it gets.
+func (a *APIs) counted(api string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, httpidem.DefaultMaxBody))
 		if err != nil {
-			a.stats.call(APIUpload, "")
+			a.stats.call(api, "")
 			writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": "reading the body: " + err.Error()})
 			return
 		}
-		var u records.Upload
+		var u struct {
+			ID string `json:"id"`
+		}
 		json.Unmarshal(body, &u) // the handler refuses a bad body; here only the id is wanted
-		a.stats.call(APIUpload, u.ID)
+		a.stats.call(api, u.ID)
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
@@ -181,6 +219,70 @@ func (a *APIs) create(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, map[string]int64{"seq": seq})
 }
 
+// reverse answers POST /v1/uploads/{key}/reversal: the upload made under idempotency key
+// {key} is reversed (a row of reversals; the upload's row stays, marked reversed), 201 with
+// {"seq":reversal,"upload_seq":upload}. The request is keyed (its own Idempotency-Key, the
+// middleware's: a repeat is the stored answer) and fenced like a create. A second reversal
+// of the same upload under another key reverses nothing: 200 with the first's seq and
+// "existing":true. 404 (TypeNotUploaded) when no upload has the key, 409
+// (TypeReversalMismatch) when the body's id is not the upload's record, 400 for a body that
+// is not a Reversal with an id.
+func (a *APIs) reverse(w http.ResponseWriter, r *http.Request) {
+	upKey := r.PathValue("key")
+	var rv Reversal
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rv); err != nil || rv.ID == "" {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("the body is not a reversal {\"id\": record id}: %v", err)})
+		return
+	}
+	var key, run sql.NullString
+	var token sql.NullInt64
+	if k, err := httpidem.ParseKey(r.Header.Get(httpidem.KeyHeader)); err == nil { // the middleware has checked it
+		key = sql.NullString{String: k, Valid: true}
+	}
+	if rn, tk, ok, err := httpidem.ParseFence(r.Header.Get(httpidem.DefaultRunHeader), r.Header.Get(httpidem.DefaultTokenHeader)); err == nil && ok {
+		run, token = sql.NullString{String: rn, Valid: true}, sql.NullInt64{Int64: tk, Valid: true}
+	}
+	// No transaction: an upload's row is never deleted, and the insert of its reversal is one
+	// statement (upload_seq unique), so two reversals of one upload make one row.
+	ctx := context.WithoutCancel(r.Context())
+	var upSeq int64
+	var recordID string
+	switch err := a.db.QueryRowContext(ctx, `SELECT seq, record_id FROM uploads WHERE idem_key = ? ORDER BY seq LIMIT 1`, upKey).Scan(&upSeq, &recordID); {
+	case errors.Is(err, sql.ErrNoRows):
+		httpidem.Problem{Type: TypeNotUploaded, Title: "Not uploaded", Status: http.StatusNotFound,
+			Detail: fmt.Sprintf("no upload was made under key %q: nothing to reverse", upKey), Extensions: map[string]any{"upload_key": upKey}}.Write(w)
+		return
+	case err != nil:
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "reversing the upload: " + err.Error()})
+		return
+	}
+	if recordID != rv.ID {
+		httpidem.Problem{Type: TypeReversalMismatch, Title: "Reversal of another record", Status: http.StatusConflict,
+			Detail:     fmt.Sprintf("the upload under key %q is of record %q, the reversal names %q", upKey, recordID, rv.ID),
+			Extensions: map[string]any{"upload_key": upKey, "record": recordID, "named": rv.ID}}.Write(w)
+		return
+	}
+	var seq int64
+	err := a.db.QueryRowContext(ctx, `INSERT INTO reversals(upload_seq, idem_key, run_id, token) VALUES (?, ?, ?, ?)
+		ON CONFLICT(upload_seq) DO NOTHING RETURNING seq`, upSeq, key, run, token).Scan(&seq)
+	existing := errors.Is(err, sql.ErrNoRows)
+	if existing {
+		err = a.db.QueryRowContext(ctx, `SELECT seq FROM reversals WHERE upload_seq = ?`, upSeq).Scan(&seq)
+	}
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "reversing the upload: " + err.Error()})
+		return
+	}
+	w.Header().Set("Location", ReversalPath(upKey))
+	if existing {
+		writeJSON(w, http.StatusOK, map[string]any{"seq": seq, "upload_seq": upSeq, "existing": true})
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"seq": seq, "upload_seq": upSeq})
+}
+
 // list answers GET /v1/uploads[?run_id=] with the rows (of that run) as a JSON array,
 // in seq order.
 func (a *APIs) list(w http.ResponseWriter, r *http.Request) {
@@ -195,13 +297,14 @@ func (a *APIs) list(w http.ResponseWriter, r *http.Request) {
 // Rows is the uploads table's rows in seq order: all of them when run is "", else the
 // rows written with that run id.
 func (a *APIs) Rows(ctx context.Context, run string) ([]Row, error) {
-	q := `SELECT seq, record_id, body, COALESCE(idem_key, ''), COALESCE(run_id, ''), COALESCE(token, 0) FROM uploads`
+	q := `SELECT u.seq, u.record_id, u.body, COALESCE(u.idem_key, ''), COALESCE(u.run_id, ''), COALESCE(u.token, 0), COALESCE(r.seq, 0)
+		FROM uploads u LEFT JOIN reversals r ON r.upload_seq = u.seq`
 	var args []any
 	if run != "" {
-		q += ` WHERE run_id = ?`
+		q += ` WHERE u.run_id = ?`
 		args = append(args, run)
 	}
-	rows, err := a.db.QueryContext(ctx, q+` ORDER BY seq`, args...)
+	rows, err := a.db.QueryContext(ctx, q+` ORDER BY u.seq`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing uploads: %w", err)
 	}
@@ -209,9 +312,10 @@ func (a *APIs) Rows(ctx context.Context, run string) ([]Row, error) {
 	out := []Row{}
 	for rows.Next() {
 		var x Row
-		if err := rows.Scan(&x.Seq, &x.RecordID, &x.Body, &x.IdemKey, &x.RunID, &x.Token); err != nil {
+		if err := rows.Scan(&x.Seq, &x.RecordID, &x.Body, &x.IdemKey, &x.RunID, &x.Token, &x.ReversalSeq); err != nil {
 			return nil, fmt.Errorf("listing uploads: %w", err)
 		}
+		x.Reversed = x.ReversalSeq != 0
 		out = append(out, x)
 	}
 	if err := rows.Err(); err != nil {

@@ -147,7 +147,7 @@ func demoCairn(ctx context.Context, dir, source string, apis *stubapi.APIs, fail
 	if err != nil {
 		return tally{}, err
 	}
-	if err := app.Init(ctx, app.Config{JS: js, Pipeline: enrich.Pipeline, KeysDir: filepath.Join(dir, "keys"), AckWait: 3 * time.Second}); err != nil {
+	if err := app.Init(ctx, initConfig(js, dir)); err != nil {
 		return tally{}, err
 	}
 	bin, err := os.Executable()

@@ -1,7 +1,8 @@
 // Command enrich runs the enrichment job's services, and its demo.
 //
 //	enrich init                make the job's NATS assets and signing keys
-//	enrich service [NAME...]   run the named services (every one without names) until SIGTERM
+//	enrich service [NAME...]   run the named services (every one without names: the steps,
+//	                           the supervisor and the compensator) until SIGTERM
 //	enrich demo                the seed's story beside a plain restart-from-step-one
 //	enrich faultmap            how each step survives faults (pkg/faultmap), and the gaps
 //
@@ -114,16 +115,30 @@ func config(ctx context.Context, js jetstream.JetStream, s Settings) (app.Config
 	if err != nil {
 		return app.Config{}, err
 	}
+	systems, err := enrich.Systems(enrich.Config{UploadURL: s.UploadURL, CallTimeout: s.CallTimeout})
+	if err != nil {
+		return app.Config{}, err
+	}
 	fs, err := faults.Parse(s.Faults, filepath.Join(s.DataDir, "faults"))
 	if err != nil {
 		return app.Config{}, fmt.Errorf("CAIRN_FAULTS: %w", err)
 	}
 	return app.Config{
-		JS: js, Pipeline: enrich.Pipeline, Steps: steps, KeysDir: filepath.Join(s.DataDir, "keys"),
+		JS: js, Pipeline: enrich.Pipeline, Steps: steps, Systems: systems, KeysDir: filepath.Join(s.DataDir, "keys"),
 		Limits: map[string]ratelimit.Limit{enrich.RateSetting: enrich.GeoLimit(s.GeoRPS)},
 		Lease:  s.Lease, Heartbeat: s.Heartbeat, AckWait: s.AckWait, Faults: fs,
 		Logger: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}, nil
+}
+
+// initConfig is what app.Init needs of the job whose data directory is dir: no steps, the
+// systems an undo reverses (so that the compensator's key is made).
+func initConfig(js jetstream.JetStream, dir string) app.Config {
+	systems, err := enrich.Systems(enrich.Config{})
+	if err != nil {
+		panic(err) // the default client configuration
+	}
+	return app.Config{JS: js, Pipeline: enrich.Pipeline, Systems: systems, KeysDir: filepath.Join(dir, "keys"), AckWait: 3 * time.Second}
 }
 
 // serve makes the assets (init) or runs the named services.

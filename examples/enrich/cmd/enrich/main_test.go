@@ -80,7 +80,7 @@ func newJob(t *testing.T, n int, sc stubapi.Config) *job {
 		t.Fatal(err)
 	}
 	j := &job{t: t, dir: dir, js: js, apis: apis, source: source, records: recs}
-	if err := app.Init(t.Context(), app.Config{JS: js, Pipeline: enrich.Pipeline, KeysDir: filepath.Join(dir, "keys"), AckWait: 3 * time.Second}); err != nil {
+	if err := app.Init(t.Context(), initConfig(js, dir)); err != nil {
 		t.Fatal(err)
 	}
 	j.fleet = &Fleet{Bin: os.Args[0], Env: []string{
@@ -107,7 +107,9 @@ func (j *job) run(runID string, env ...string) *kc.Record {
 	j.fleet.Env = append(j.fleet.Env, env...)
 	ctx, cancel := context.WithTimeout(j.t.Context(), 3*time.Minute)
 	defer cancel()
-	if err := j.fleet.Start(ctx, log); err != nil {
+	// The fleet restarts a dead process until the test ends, not only while the run runs:
+	// an undo after it is served by the same fleet.
+	if err := j.fleet.Start(j.t.Context(), log); err != nil {
 		j.t.Fatal(err)
 	}
 	j.t.Cleanup(func() {
