@@ -12,6 +12,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/fence"
 	"github.com/cairnhq/cairn/pkg/httpidem"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/runner"
 	"github.com/cairnhq/cairn/pkg/saga"
 	"github.com/cairnhq/cairn/pkg/undo"
 )
@@ -61,8 +62,8 @@ func (s UploadSystem) RaiseFence(ctx context.Context, t fence.Token, rec *kc.Rec
 // Reverse reverses the upload of e. made is false for a reversal the upload system had
 // made already (its stored answer replayed, or one under another key), and for an upload
 // that never landed (404, problem type …#not-uploaded: nothing to reverse; any other 404 is
-// an error). A temporary failure, a fenced or a refused
-// answer is the client's classed error (httpidem.Error).
+// an error). A temporary failure or a fenced answer is the client's classed error
+// (httpidem.Error); a refused one is marked runner.Permanent, which hands the run over.
 func (s UploadSystem) Reverse(ctx context.Context, t fence.Token, rec *kc.Record, e saga.Effect) (bool, error) {
 	rv := e.Intent.Reverse
 	rc, err := s.Client.Write(ctx, httpidem.Request{URL: reversalURL(s.URL, e.Intent.Key), Key: rv.Key, Run: rec.RunID, Token: t.Value,
@@ -70,6 +71,11 @@ func (s UploadSystem) Reverse(ctx context.Context, t fence.Token, rec *kc.Record
 	var he *httpidem.Error
 	if errors.As(err, &he) && he.Status == http.StatusNotFound && he.Problem != nil && strings.HasSuffix(he.Problem.Type, "#not-uploaded") {
 		return false, nil
+	}
+	if errors.Is(err, httpidem.ErrRejected) {
+		// A refusal no retry changes (another record under the key, a bad body): the
+		// undo hands the run over, naming the upload.
+		return false, runner.Permanent(err)
 	}
 	if err != nil {
 		return false, err

@@ -88,11 +88,14 @@ func (s rowsSystem) Reverse(ctx context.Context, t fence.Token, rec *kc.Record, 
 		return false, err
 	}
 	var amount int64
+	var region string
 	made := false
-	switch err := tx.QueryRowContext(ctx, `SELECT amount FROM rows WHERE key = ?`, e.Intent.Key).Scan(&amount); {
+	switch err := tx.QueryRowContext(ctx, `SELECT amount, region FROM rows WHERE key = ?`, e.Intent.Key).Scan(&amount, &region); {
 	case err == sql.ErrNoRows:
 	case err != nil:
 		return false, err
+	case region == "locked": // a refusal no retry changes
+		return false, runner.Permanent(fmt.Errorf("row %s is in a closed period: the system refuses its reversal", e.Intent.Key))
 	default:
 		res, err := tx.ExecContext(ctx, `INSERT INTO reversals (key, original, run_id, amount, token) VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING`,
 			e.Intent.Reverse.Key, e.Intent.Key, rec.RunID, -amount, t.Value)
@@ -399,6 +402,18 @@ func TestUndoThroughRegisteredSystems(t *testing.T) {
 	if err := json.Unmarshal(e.Value(), &note); err != nil || note.ID != *rec.Handover || note.Step != undo.Step ||
 		!strings.Contains(note.Error, `ghost`) || !strings.Contains(note.Error, "r-3:row:02") {
 		t.Errorf("r-3's handover note %+v (%v): want it to name system ghost and key r-3:row:02", note, err)
+	}
+
+	// (e) A reversal the system refuses for good: handed over at once, naming the effect,
+	// the cursor kept after the reversals made before it.
+	finish("r-4", "north,locked,south")
+	askUndo("r-4", "undo-locked", nil)
+	rec = waitRecord(ctx, t, store, "r-4", "handed over", func(r *kc.Record) bool { return r.Status == kc.HandedOver && r.Lease == nil })
+	if rec.Undo == nil || rec.Undo.Cursor != 1 || !strings.Contains(rec.NextAction, "r-4:row:02") {
+		t.Errorf("r-4: undo %+v, next action %q; want the cursor at 1 (south reversed) and the locked row named", rec.Undo, rec.NextAction)
+	}
+	if got := db.received(t, "r-4"); !slices.Equal(got, []string{"row:03:rev"}) {
+		t.Errorf("r-4: the system received %v, want only the south row's reversal", got)
 	}
 	stopComp()
 }

@@ -3,6 +3,7 @@ package undo
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/fence"
+	"github.com/cairnhq/cairn/pkg/idempotency"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/runner"
@@ -63,6 +65,47 @@ func (c *Compensator) handOver(ctx context.Context, h *kc.Holder, missing []saga
 		NextAction: fmt.Sprintf("a person decides: register the reversal of system %s (undo.Config.Systems) and undo %s again, or reverse those effects by hand", strings.Join(names, ", "), runID),
 		At:         c.cfg.Now().UTC().Format(time.RFC3339Nano),
 	}
+	if err := c.handOverWith(ctx, h, note, EventUnregistered); err != nil {
+		return err
+	}
+	c.log.Error("undo handed over: effects of unregistered systems", slog.String("run_id", runID), slog.Any("systems", names), slog.Int("effects", len(missing)))
+	return nil
+}
+
+// EventRefused is the timeline event of an undo handed over because a system refused a
+// reversal for good (its System's Reverse returned an error marked runner.Permanent, or
+// idempotency.ErrConflict): no retry would change the answer.
+const EventRefused = "undo.refused"
+
+// refused reports whether err is a refusal no retry changes.
+func refused(err error) bool {
+	return errors.Is(err, runner.ErrPermanent) || errors.Is(err, idempotency.ErrConflict)
+}
+
+// handOverRefused hands the run over when the reversal of e, the n-th of the plan, was
+// refused for good: the cursor stays before it, so an undo asked again after a person
+// settled it goes on from there.
+func (c *Compensator) handOverRefused(ctx context.Context, h *kc.Holder, e saga.Effect, n int, cause error) error {
+	cur, _ := h.Record()
+	runID := cur.RunID
+	note := runner.HandoverNote{
+		ID: runID + ":handover:" + Step + ":refused", RunID: runID, Step: Step,
+		Error: kc.CutText(fmt.Sprintf("undo of %s: system %s refused the reversal of %s (effect %d): %v",
+			runID, e.Intent.Reverse.System, e.Intent.Key, n, cause), kc.MaxLastError),
+		NextAction: fmt.Sprintf("a person decides: settle the reversal of %s in %s by hand, then undo %s again", e.Intent.Key, e.Intent.Reverse.System, runID),
+		At:         c.cfg.Now().UTC().Format(time.RFC3339Nano),
+	}
+	if err := c.handOverWith(ctx, h, note, EventRefused); err != nil {
+		return err
+	}
+	c.log.Error("undo handed over: a reversal refused", slog.String("run_id", runID), slog.String("key", e.Intent.Key), slog.Any("error", cause))
+	return nil
+}
+
+// handOverWith writes note, hands the run over with the lease released and the cursor
+// kept, and puts event on the timeline.
+func (c *Compensator) handOverWith(ctx context.Context, h *kc.Holder, note runner.HandoverNote, event string) error {
+	runID := note.RunID
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if c.cfg.Handovers != nil {
@@ -80,8 +123,7 @@ func (c *Compensator) handOver(ctx context.Context, h *kc.Holder, missing []saga
 	}); err != nil {
 		return c.stop(ctx, h, err)
 	}
-	c.record(ctx, runID, EventUnregistered, h.Token(), kc.CutText(note.Error, 512))
-	c.log.Error("undo handed over: effects of unregistered systems", slog.String("run_id", runID), slog.Any("systems", names), slog.Int("effects", len(missing)))
+	c.record(ctx, runID, event, h.Token(), kc.CutText(note.Error, 512))
 	return nil
 }
 

@@ -54,7 +54,9 @@ type System interface {
 	// system, key and payload) by a write fenced by t; made says whether it wrote a new
 	// reversal (false: reversed already, or nothing to reverse: the intent's write never
 	// landed). It must be safe to repeat: the undo repeats a reversal whose answer it lost.
-	// An error runner.IsTemporary takes for temporary is tried again in place.
+	// An error runner.IsTemporary takes for temporary is tried again in place; one marked
+	// runner.Permanent (or idempotency.ErrConflict), a refusal no retry changes, hands the
+	// run over naming the effect; any other stops the undo, and its command comes back.
 	Reverse(ctx context.Context, t fence.Token, rec *kc.Record, e saga.Effect) (made bool, err error)
 }
 
@@ -328,6 +330,9 @@ func (c *Compensator) reverse(ctx context.Context, m jetstream.Msg, h *kc.Holder
 			made, err = c.cfg.Systems[e.Intent.Reverse.System].Reverse(ctx, token, cur, e)
 			return err
 		})
+		if err != nil && refused(err) {
+			return c.handOverRefused(ctx, h, e, n, err)
+		}
 		if err != nil {
 			return c.stop(ctx, h, fmt.Errorf("reversing %s: %w", e.Intent.Key, err))
 		}
