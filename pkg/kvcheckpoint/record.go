@@ -328,33 +328,41 @@ func (r *Record) Deps(step string) []string {
 // others, is verified: whether step may run. For steps run one after another, every step
 // before it.
 func (r *Record) EarlierVerified(step string) bool {
-	if r.Index(step) < 0 {
-		return false
-	}
-	if r.After == nil {
-		for _, s := range r.Pipeline {
-			if s == step {
-				return true
-			}
-			if r.Step(s).Status != Verified {
-				return false
+	i := r.Index(step)
+	return i >= 0 && r.mayRun()[i]
+}
+
+// mayRun says, for each step in the pipeline's order, whether everything it waits for,
+// directly or through others, is verified. One pass: the order lists every step after the
+// steps it waits for (the invariants hold a graph to it), so a step's answer is its waits'
+// statuses and their own answers.
+func (r *Record) mayRun() []bool {
+	ok := make([]bool, len(r.Pipeline))
+	all := true // linear: every step before this one verified
+	for i, s := range r.Pipeline {
+		if r.After == nil {
+			ok[i] = all
+			all = all && r.Step(s).Status == Verified
+			continue
+		}
+		ok[i] = true
+		for _, dep := range r.After[s] {
+			j := r.Index(dep)
+			if j < 0 || j >= i || !ok[j] || r.Step(dep).Status != Verified {
+				ok[i] = false
+				break
 			}
 		}
 	}
-	for _, dep := range r.Deps(step) {
-		if r.Index(dep) < 0 || r.Step(dep).Status != Verified || !r.EarlierVerified(dep) {
-			return false
-		}
-	}
-	return true
+	return ok
 }
 
 // Ready are the steps that may run now, in the pipeline's order: not verified, and
 // everything they wait for verified. For steps run one after another, Current alone.
 func (r *Record) Ready() []string {
 	var out []string
-	for _, s := range r.Pipeline {
-		if r.Step(s).Status != Verified && r.EarlierVerified(s) {
+	for i, ok := range r.mayRun() {
+		if s := r.Pipeline[i]; ok && r.Step(s).Status != Verified {
 			out = append(out, s)
 		}
 	}
@@ -366,8 +374,8 @@ func (r *Record) Ready() []string {
 // step after it.
 func (r *Record) Unblocked(step string) []string {
 	var out []string
-	for _, s := range r.Pipeline {
-		if slices.Contains(r.Deps(s), step) && r.Step(s).Status != Verified && r.EarlierVerified(s) {
+	for _, s := range r.Ready() {
+		if slices.Contains(r.Deps(s), step) {
 			out = append(out, s)
 		}
 	}

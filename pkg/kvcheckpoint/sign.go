@@ -117,12 +117,13 @@ func (ro Roles) Allowed(r *Record, by string) error {
 		return fmt.Errorf("%w: %s signed a record whose lease %s holds for %s", identity.ErrNotAllowed, by, l.Owner, l.Step)
 	}
 	cur := r.Current()
-	for _, s := range r.Pipeline {
+	may := r.mayRun()
+	for i, s := range r.Pipeline {
 		if ro.step(s) != by {
 			continue
 		}
 		switch {
-		case r.Step(s).Status != Verified && r.EarlierVerified(s), // its step in hand
+		case r.Step(s).Status != Verified && may[i], // its step in hand
 			r.Step(s).Status == Verified && justCommitted(r, s), // its commit
 			r.Approval != nil && r.Approval.Step == s:           // its plan
 			return nil
