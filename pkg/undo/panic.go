@@ -2,7 +2,6 @@ package undo
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -57,13 +56,7 @@ func (c *Compensator) handoverPanic(ctx context.Context, m jetstream.Msg, nm *na
 		NextAction: fmt.Sprintf(panicAction, runID),
 		At:         c.cfg.Now().UTC().Format(time.RFC3339Nano),
 	}
-	if c.cfg.Handovers != nil {
-		if b, err := json.Marshal(note); err == nil {
-			if _, err := c.cfg.Handovers.Put(ctx, runID, b); err != nil {
-				c.log.Error("writing handover note", slog.String("run_id", runID), slog.Any("error", err))
-			}
-		}
-	}
+	c.putNote(ctx, note)
 	_, rev, err = c.cfg.Store.MutateFrom(ctx, rec, rev, runID, func(r *kc.Record) error {
 		switch {
 		case waiting && c.waits(r, id):

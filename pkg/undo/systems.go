@@ -108,13 +108,7 @@ func (c *Compensator) handOverWith(ctx context.Context, h *kc.Holder, note runne
 	runID := note.RunID
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if c.cfg.Handovers != nil {
-		if b, err := json.Marshal(note); err == nil {
-			if _, err := c.cfg.Handovers.Put(wctx, runID, b); err != nil {
-				c.log.Error("writing handover note", slog.String("run_id", runID), slog.Any("error", err))
-			}
-		}
-	}
+	c.putNote(wctx, note)
 	if err := h.Release(wctx, func(r *kc.Record) error {
 		r.Status = kc.HandedOver
 		r.Handover = &note.ID
@@ -125,6 +119,21 @@ func (c *Compensator) handOverWith(ctx context.Context, h *kc.Holder, note runne
 	}
 	c.record(ctx, runID, event, h.Token(), kc.CutText(note.Error, 512))
 	return nil
+}
+
+// putNote writes a handover's note in the space's handovers bucket, before the record that
+// names it.
+func (c *Compensator) putNote(ctx context.Context, note runner.HandoverNote) {
+	if c.cfg.Handovers == nil {
+		return
+	}
+	b, err := json.Marshal(note)
+	if err == nil {
+		_, err = c.cfg.Handovers.Put(ctx, note.RunID, b)
+	}
+	if err != nil {
+		c.log.Error("writing handover note", slog.String("run_id", note.RunID), slog.Any("error", err))
+	}
 }
 
 // Mail reverses the messages a run's steps queued through the outbox (system saga.Mail):
