@@ -49,7 +49,6 @@ import (
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
 	"github.com/cairnhq/cairn/pkg/runner"
-	"github.com/cairnhq/cairn/pkg/saga"
 	"github.com/cairnhq/cairn/pkg/supervisor"
 	"github.com/cairnhq/cairn/pkg/undo"
 )
@@ -112,9 +111,9 @@ type Config struct {
 	// (Command, events.VerbUndo) and reverses each effect through its system, newest first,
 	// fenced by the undo's token, resuming from its cursor after a crash. An effect whose
 	// system is not here is never skipped: the undo hands the run over naming the system.
-	// With Outbox, the messages the steps queued (system saga.Mail) are reversed by
-	// undo.Mail unless Systems has its own. Set it before Init, which makes the
-	// compensator's signing key.
+	// Messages queued with Attempt.Queue are not reversed (what went out stays out); a
+	// pipeline whose effects name system saga.Mail registers undo.Mail for it. Set Systems
+	// before Init, which makes the compensator's signing key.
 	Systems map[string]undo.System
 
 	// Limits are the shared rate limits the steps declare (pipeline.Step.RateLimit), by the
@@ -350,12 +349,8 @@ func (h *host) runSupervisor(ctx context.Context) error {
 func (h *host) runCompensator(ctx context.Context) error {
 	c := h.c
 	store := h.store.As(h.signers[Compensator])
-	systems := maps.Clone(c.Systems)
-	if _, ok := systems[saga.Mail]; !ok && c.Outbox != nil {
-		systems[saga.Mail] = undo.Mail{JS: c.JS, Space: c.Space(), Marks: h.marks, Store: store, Now: c.Now}
-	}
 	u, err := undo.New(undo.Config{
-		JS: c.JS, Space: c.Space(), Store: store, Systems: systems, Handovers: h.handovers, Heartbeat: c.Heartbeat,
+		JS: c.JS, Space: c.Space(), Store: store, Systems: c.Systems, Handovers: h.handovers, Heartbeat: c.Heartbeat,
 		TakeoverGap: c.TakeoverGap, Faults: c.Faults, Now: c.Now, RetryAttempts: c.RetryAttempts,
 		Logger: c.Logger, // undo.New names the service
 	})
