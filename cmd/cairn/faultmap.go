@@ -193,15 +193,24 @@ func latestRuns(ctx context.Context, js jetstream.JetStream, reg app.Registratio
 	if err != nil {
 		return nil, fmt.Errorf("the runs of %s: %w", reg.Name, err)
 	}
-	lister, err := store.KV().ListKeys(ctx)
+	// One watch delivers every run's latest record, as cairn runs reads them (listRuns),
+	// not a read a run.
+	w, err := store.KV().WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("the runs of %s: %w", reg.Name, err)
 	}
+	defer func() { _ = w.Stop() }()
 	var recs []*kc.Record
-	for key := range lister.Keys() {
-		if rec, _, err := store.Load(ctx, key); err == nil {
+	for e := range w.Updates() {
+		if e == nil {
+			break // every key's latest value has been delivered
+		}
+		if rec, err := decodeEntry(ctx, store, e); err == nil {
 			recs = append(recs, rec)
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	slices.SortFunc(recs, func(a, b *kc.Record) int { return strings.Compare(b.CreatedAt, a.CreatedAt) })
 	return recs[:min(n, len(recs))], nil
