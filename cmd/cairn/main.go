@@ -40,7 +40,7 @@ commands:
   fences    fences adopt RUN: move a run's fences to this NATS storage's epoch, after a person checked it
   diff      compare two runs step by step, outputs and effects (a shadow run with a real one)
   faultmap  print how each step survives faults, and the gaps (exit 1 when there are any); --pipeline NAME: a pipeline its Init registered on NATS
-  chaos     crash the reference night at every step boundary and sampled writes, compare each with an uninterrupted one
+  chaos     crash the reference night (or --pipeline P, through its binary) at every step boundary and sampled writes, compare each with an uninterrupted one
   bench     measure: transitions (with the raw JetStream floor), night, resume, many; "all" runs them at WORKLOAD.md's sizes into bench/results/
   ready     ask a service's /readyz on CAIRN_METRICS_ADDR: exit 0 when ready (a container's health check)
   demo      run the reference night with a real crash at entry 24 of post-ledger, and resume it

@@ -5,6 +5,8 @@
 //	                           the supervisor and the compensator) until SIGTERM
 //	enrich demo                the seed's story beside a plain restart-from-step-one
 //	enrich faultmap            how each step survives faults (pkg/faultmap), and the gaps
+//	enrich chaos-sandbox DIR   the job's outside systems for one trial of
+//	                           `cairn chaos --pipeline enrich` (pkg/chaos), until stdin closes
 //
 // The settings are environment variables (Settings); a wrong one stops the command at
 // start, naming the variable.
@@ -30,6 +32,7 @@ import (
 	"github.com/cairnhq/cairn/examples/enrich"
 	"github.com/cairnhq/cairn/examples/enrich/records"
 	"github.com/cairnhq/cairn/pkg/app"
+	"github.com/cairnhq/cairn/pkg/chaos"
 	"github.com/cairnhq/cairn/pkg/faultmap"
 	"github.com/cairnhq/cairn/pkg/faults"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
@@ -80,7 +83,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: enrich init | service [NAME...] | demo | faultmap")
+		fmt.Fprintln(os.Stderr, "usage: enrich init | service [NAME...] | demo | faultmap | chaos-sandbox DIR")
 		os.Exit(2)
 	}
 	var err error
@@ -96,8 +99,14 @@ func main() {
 		err = demo(ctx, os.Stdout)
 	case "faultmap":
 		err = faultMap(os.Stdout)
+	case chaos.SandboxCommand:
+		if len(os.Args) != 3 {
+			fmt.Fprintln(os.Stderr, "usage: enrich chaos-sandbox DIR")
+			os.Exit(2)
+		}
+		err = sandbox(ctx, os.Args[2])
 	default:
-		fmt.Fprintf(os.Stderr, "unknown command %q: enrich init | service [NAME...] | demo | faultmap\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "unknown command %q: enrich init | service [NAME...] | demo | faultmap | chaos-sandbox DIR\n", os.Args[1])
 		os.Exit(2)
 	}
 	if err != nil {
