@@ -103,6 +103,9 @@ func Run(ctx context.Context, c Config) (Report, error) {
 		c.Limit = 3 * time.Minute
 	}
 	rep := Report{Pipeline: c.Pipeline, At: time.Now().UTC()}
+	if err := checkPoints(c.Points); err != nil {
+		return rep, err
+	}
 	ref, err := c.trial(ctx, "reference", "")
 	if err != nil {
 		return rep, fmt.Errorf("the reference run: %w", err)
@@ -117,6 +120,9 @@ func Run(ctx context.Context, c Config) (Report, error) {
 	}
 	if c.Progress != nil {
 		c.Progress(0, len(points), Result{Fired: true, Status: ref.rec.Status, TookMS: ref.took.Milliseconds()})
+	}
+	if err := checkPoints(points); err != nil {
+		return rep, err
 	}
 	for i, p := range points {
 		res := Result{Point: p, Step: stepOf(p)}
@@ -177,6 +183,22 @@ func Points(d pipeline.Definition, keyed map[string]int, own []string) []string 
 		}
 	}
 	return out
+}
+
+// checkPoints refuses a point that is not a CAIRN_FAULTS rule whose action exits: a trial
+// waits for its service process to exit there.
+func checkPoints(points []string) error {
+	var errs []error
+	for _, p := range points {
+		fs, err := faults.Parse(p, "")
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("crash point %q: %w", p, err))
+		case fs.Empty() || !strings.Contains(p, "=exit"):
+			errs = append(errs, fmt.Errorf("crash point %q: a chaos trial crashes the process: give <step>.<point>[.<n>]=exit@once", p))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // alone reports whether a step's commit alone lets another run (one that waits for it and
