@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/internal/chaos"
-	pchaos "github.com/cairnhq/cairn/pkg/chaos"
 	"github.com/cairnhq/cairn/internal/night"
+	pchaos "github.com/cairnhq/cairn/pkg/chaos"
 )
 
 // cmdChaos runs the reference night once uninterrupted, then once per crash point, and

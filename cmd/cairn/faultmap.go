@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -16,6 +19,7 @@ import (
 	"github.com/cairnhq/cairn/internal/service"
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/assets"
+	pchaos "github.com/cairnhq/cairn/pkg/chaos"
 	"github.com/cairnhq/cairn/pkg/faultmap"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
@@ -39,6 +43,7 @@ func runFaultmapCtx(ctx context.Context, w io.Writer, args []string) error {
 	raw := fs.Bool("json", false, "print one JSON object: {pipeline, settings, steps, gaps}")
 	other := fs.String("pipeline", "", "the map of another pipeline than the night, as its Init (pkg/app) registered it on CAIRN_NATS_URL (connects to NATS), with what its recent runs show")
 	recent := fs.Int("runs", 50, "with --pipeline: how many of the latest runs' records to time each step by (0: none)")
+	chaosDir := fs.String("chaos", "", "with --pipeline: the folder of the last cairn chaos --pipeline run, whose report each step shows (default .cairn/chaos/<pipeline>; none there: not shown)")
 	approval := fs.String("approval-steps", "", "comma-separated steps that wait for a person, in place of CAIRN_APPROVAL_STEPS: shows what that setting would change")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -50,7 +55,20 @@ func runFaultmapCtx(ctx context.Context, w io.Writer, args []string) error {
 		if *recent < 0 {
 			return fmt.Errorf("%w: --runs %d: give 0 or more", errUsage, *recent)
 		}
-		return registeredFaultmap(ctx, w, *other, *raw, *recent)
+		dir, given := *chaosDir, *chaosDir != ""
+		if !given {
+			dir = filepath.Join(".cairn", "chaos", *other)
+		}
+		rep, err := pchaos.ReadReport(dir)
+		switch {
+		case err == nil && rep.Pipeline != *other:
+			return fmt.Errorf("%w: --chaos %s holds a chaos run of %s, not %s", errUsage, dir, rep.Pipeline, *other)
+		case err != nil && (given || !errors.Is(err, iofs.ErrNotExist)):
+			return fmt.Errorf("the last chaos run: %w", err)
+		case err != nil:
+			rep = pchaos.Report{}
+		}
+		return registeredFaultmap(ctx, w, *other, *raw, *recent, rep)
 	}
 	cfg, err := service.Load()
 	if err != nil {
@@ -152,7 +170,7 @@ func writeMapJSON(w io.Writer, m faultmap.Map) error {
 }
 
 // registeredFaultmap prints the map of pipeline name as registered on CAIRN_NATS_URL.
-func registeredFaultmap(ctx context.Context, w io.Writer, name string, raw bool, recent int) error {
+func registeredFaultmap(ctx context.Context, w io.Writer, name string, raw bool, recent int, chaosRun pchaos.Report) error {
 	_, nc, js, err := connect("faultmap")
 	if err != nil {
 		return err
@@ -172,6 +190,9 @@ func registeredFaultmap(ctx context.Context, w io.Writer, name string, raw bool,
 			return err
 		}
 		m.Observe(recs)
+	}
+	if chaosRun.Pipeline != "" {
+		m.Chaos(chaosRun.At, chaosRun.Crashes())
 	}
 	if raw {
 		return writeMapJSON(w, m)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/faultmap"
 	"github.com/cairnhq/cairn/pkg/faults"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/pipeline"
@@ -478,4 +479,17 @@ func keyedWrites(ctx context.Context, js jetstream.JetStream, name string) (map[
 		out[e.Intent.Step]++
 	}
 	return out, nil
+}
+
+// Crashes are the report's crash points by step, as the fault map shows them.
+func (r Report) Crashes() map[string][]faultmap.Crash {
+	out := map[string][]faultmap.Crash{}
+	for _, x := range r.Results {
+		c := faultmap.Crash{Point: x.Point, Fired: x.Fired, Duplicates: x.Duplicates, Differences: len(x.Differences)}
+		if len(x.Differences) > 0 {
+			c.First = x.Differences[0]
+		}
+		out[x.Step] = append(out[x.Step], c)
+	}
+	return out
 }

@@ -84,6 +84,8 @@ type Map struct {
 	Gaps     []Gap     `json:"gaps"`
 	// RunsRead is how many recent runs' records Observe read (0: none were).
 	RunsRead int `json:"runs_read"`
+	// ChaosAt is when the chaos run that Chaos added was made; "": none was added.
+	ChaosAt string `json:"chaos_at,omitempty"`
 }
 
 // StepMap is one step's line of the map: its definition, as the map reads it, with the
@@ -114,6 +116,8 @@ type StepMap struct {
 	// Loss is what a crash of the step loses, in a sentence: what it keeps as it goes, and
 	// how long it was seen to take.
 	Loss string `json:"loss"`
+	// Crashes are the last chaos run's crash points at the step (Chaos).
+	Crashes []Crash `json:"crashes,omitempty"`
 }
 
 // GapKind names a kind of gap.

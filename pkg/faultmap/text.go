@@ -47,6 +47,9 @@ func (m Map) WriteText(w io.Writer) error {
 			row("recent runs", observedText(st.Observed, m.RunsRead))
 		}
 		row("a crash loses", st.Loss)
+		if m.ChaosAt != "" {
+			row("last chaos run", chaosText(st.Crashes, m.ChaosAt))
+		}
 	}
 	if len(m.Gaps) == 0 {
 		fmt.Fprintln(tw, "\ngaps: none")
