@@ -12,7 +12,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -28,6 +27,7 @@ import (
 	"github.com/cairnhq/cairn/internal/recon"
 	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
+	pchaos "github.com/cairnhq/cairn/pkg/chaos"
 	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/faults"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -366,7 +366,7 @@ func MailFiles(dir string) ([]string, error) {
 // messages that exist more often than in the reference.
 func Compare(got, want Outcome) (diffs []string, duplicates int) {
 	add := func(what string, g, w []string) {
-		d, dup := diffLines(what, g, w)
+		d, dup := pchaos.Diff(what, g, w)
 		diffs = append(diffs, d...)
 		duplicates += dup
 	}
@@ -385,34 +385,6 @@ func Compare(got, want Outcome) (diffs []string, duplicates int) {
 		diffs = append(diffs, fmt.Sprintf("document reads %d, want %d", got.DocumentReads, want.DocumentReads))
 	}
 	return diffs, duplicates
-}
-
-// diffLines compares two lists as multisets: a repeated line is a difference too.
-func diffLines(what string, got, want []string) (diffs []string, extra int) {
-	count := map[string]int{}
-	for _, s := range want {
-		count[s]++
-	}
-	for _, s := range got {
-		count[s]--
-	}
-	for _, s := range slices.Sorted(maps.Keys(count)) {
-		switch c := count[s]; {
-		case c > 0:
-			diffs = append(diffs, fmt.Sprintf("%s missing (%d): %q", what, c, shorten(s)))
-		case c < 0:
-			diffs = append(diffs, fmt.Sprintf("%s extra (%d): %q", what, -c, shorten(s)))
-			extra += -c
-		}
-	}
-	return diffs, extra
-}
-
-func shorten(s string) string {
-	if len(s) > 200 {
-		return s[:200] + "…"
-	}
-	return s
 }
 
 // Points are the crash points: every step boundary (before and after its commit, and before

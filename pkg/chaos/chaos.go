@@ -135,7 +135,7 @@ func Run(ctx context.Context, c Config) (Report, error) {
 			if t.rec.Status != kc.Done {
 				res.Differences = append(res.Differences, fmt.Sprintf("the run ended %s (%s), not done", t.rec.Status, handover(t.rec)))
 			}
-			d, dup := diff(t.effects.Effects, ref.effects.Effects)
+			d, dup := Diff("effect", t.effects.Effects, ref.effects.Effects)
 			res.Differences, res.Duplicates = append(res.Differences, d...), dup
 			res.ExtraCalls = extra(t.effects.Calls, ref.effects.Calls)
 		}
@@ -226,8 +226,9 @@ func handover(r *kc.Record) string {
 	return "no handover"
 }
 
-// diff compares two lists of effects as multisets: a repeated effect is a duplicate.
-func diff(got, want []string) (diffs []string, duplicates int) {
+// Diff compares two lists as multisets, naming each line what (as "effect"): a line missing
+// from got, or in it more often than in want (a duplicate, counted).
+func Diff(what string, got, want []string) (diffs []string, duplicates int) {
 	count := map[string]int{}
 	for _, s := range want {
 		count[s]++
@@ -238,9 +239,9 @@ func diff(got, want []string) (diffs []string, duplicates int) {
 	for _, s := range slices.Sorted(maps.Keys(count)) {
 		switch c := count[s]; {
 		case c > 0:
-			diffs = append(diffs, fmt.Sprintf("effect missing (%d): %s", c, clip(s)))
+			diffs = append(diffs, fmt.Sprintf("%s missing (%d): %s", what, c, clip(s)))
 		case c < 0:
-			diffs = append(diffs, fmt.Sprintf("effect extra (%d): %s", -c, clip(s)))
+			diffs = append(diffs, fmt.Sprintf("%s extra (%d): %s", what, -c, clip(s)))
 			duplicates += -c
 		}
 	}
