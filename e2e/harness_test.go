@@ -33,7 +33,14 @@ import (
 	_ "modernc.org/sqlite"
 )
 
-var cairnBin string
+// cairnBin is the cairn binary the tests run, built without the race detector; cairnRaceBin
+// is the same binary built with it, which the nights of raceChild run. The test process
+// itself is always under -race, and every package's own tests run under it too: the
+// detector in the child processes is what costs (a race-built child spends several times
+// the CPU of a plain one, and the e2e starts hundreds), so most nights run the plain child
+// and a few (raceChild) keep races across the multi-process paths caught: one cairn dev
+// night, a crash and its resume, and two instances of every service as their own processes.
+var cairnBin, cairnRaceBin string
 
 // codeVersion is the code version the test binaries are built with: every step records it.
 const codeVersion = "e2e-build"
@@ -53,15 +60,29 @@ func TestMain(m *testing.M) {
 
 // run builds the binary into dir, moves to a working folder under dir and runs the tests.
 func run(m *testing.M, dir string) int {
-	// One race build, of the cairn binary, which runs every service too (`cairn service
-	// NAME`, procs_test.go): linking one binary instead of thirteen, once per test binary.
+	// Two builds of the cairn binary, which runs every service too (`cairn service NAME`,
+	// procs_test.go): linking one binary instead of thirteen, once per test binary. The
+	// plain one serves most nights, the race one those of raceChild (see cairnBin). Both
+	// name their code version as the Makefile's build does (-ldflags -X).
 	cairnBin = filepath.Join(dir, "cairn")
-	// The binary names its code version as the Makefile's build does (-ldflags -X).
-	out, err := exec.Command("go", "build", "-race", "-ldflags", "-X github.com/cairnhq/cairn/internal/service.version="+codeVersion,
-		"-o", cairnBin, absPath("..", "cmd", "cairn")).CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "building cairn and the services: %v\n%s", err, out)
-		return 1
+	cairnRaceBin = filepath.Join(dir, "cairn-race")
+	errs := make(chan error, 2)
+	build := func(out string, flags ...string) {
+		args := append(append([]string{"build"}, flags...), "-ldflags", "-X github.com/cairnhq/cairn/internal/service.version="+codeVersion,
+			"-o", out, absPath("..", "cmd", "cairn"))
+		if b, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+			errs <- fmt.Errorf("building %s: %v\n%s", filepath.Base(out), err, b)
+			return
+		}
+		errs <- nil
+	}
+	go build(cairnBin)
+	go build(cairnRaceBin, "-race")
+	for range 2 {
+		if err := <-errs; err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 	}
 	// The deploy configuration's certificate paths are relative to the working directory
 	// (deploy/nats/single.conf: run it from that folder). The tests work from a folder whose
@@ -125,6 +146,7 @@ type night struct {
 	url   string
 	truth recon.Truth
 	dev   *devproc.Proc
+	bin   string // the cairn binary its processes run: cairnBin, or cairnRaceBin (raceChild)
 	logs  int
 	js    jetstream.JetStream
 	env   []string // every process of the night gets it (overHTTP: CAIRN_LEDGER_URL)
@@ -155,16 +177,21 @@ func newNightOf(t *testing.T, invoices, mismatches, unreadable int) *night {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	n := &night{t: t, dir: dir, url: fmt.Sprintf("nats://127.0.0.1:%d", port), truth: truth}
+	n := &night{t: t, dir: dir, url: fmt.Sprintf("nats://127.0.0.1:%d", port), truth: truth, bin: cairnBin}
 	t.Cleanup(n.stop)
 	return n
 }
+
+// raceChild makes the night's cairn dev and services run the race-built binary (see
+// cairnBin), so that a data race in them is detected as in every night before: its report
+// goes to the process's log, and the process exits 66 where it would have exited 0.
+func (n *night) raceChild() { n.bin = cairnRaceBin }
 
 // start runs `cairn dev` with extra environment and waits for its "ready".
 func (n *night) start(env ...string) {
 	n.t.Helper()
 	n.logs++
-	p, err := devproc.Start(cairnBin, append(os.Environ(), append([]string{"CAIRN_DATA_DIR=" + n.dir, "CAIRN_NATS_URL=" + n.url,
+	p, err := devproc.Start(n.bin, append(os.Environ(), append([]string{"CAIRN_DATA_DIR=" + n.dir, "CAIRN_NATS_URL=" + n.url,
 		"CAIRN_HEARTBEAT=1s", "CAIRN_LEASE=5s", "CAIRN_ACK_WAIT=10s"}, append(slices.Clone(n.env), env...)...)...),
 		filepath.Join(n.dir, fmt.Sprintf("dev-%d.log", n.logs)), time.Minute)
 	if err != nil {

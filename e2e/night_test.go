@@ -69,6 +69,7 @@ func TestNightUninterrupted(t *testing.T) {
 	t.Parallel()
 	takeNightSlot(t)
 	n := newNight(t, 0)
+	n.raceChild()
 	addr, err := freeAddr()
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +112,7 @@ func TestCrashAtLedgerEntry24(t *testing.T) {
 	t.Parallel()
 	takeNightSlot(t)
 	n := newNight(t, 0)
+	n.raceChild()
 	fault := "post-ledger.before-write.24=exit@once"
 	n.crash(fault)
 	var rows int

@@ -165,8 +165,8 @@ func (h *procsNight) start(name string, env []string) (*devproc.Proc, error) {
 	h.count[name]++
 	log := filepath.Join(h.dir, fmt.Sprintf("%s-%d.log", name, h.count[name]))
 	h.mu.Unlock()
-	bin, args := serviceCmd(name)
-	p, err := devproc.StartArgs(bin, args, h.env(append([]string{"CAIRN_METRICS_ADDR=" + addr}, env...)...), log, time.Minute)
+	_, args := serviceCmd(name)
+	p, err := devproc.StartArgs(h.night.bin, args, h.env(append([]string{"CAIRN_METRICS_ADDR=" + addr}, env...)...), log, time.Minute)
 	if err != nil {
 		return nil, err
 	}

@@ -115,6 +115,7 @@ func TestServicesTwoOfEach(t *testing.T) {
 	t.Parallel()
 	takeNightSlot(t)
 	h := newProcsNight(t)
+	h.raceChild()
 	names := service.Services()
 	ps := h.svcs(append(names, names...))
 	h.startRun()
