@@ -1,4 +1,4 @@
-package runner_test
+package lease_test
 
 import (
 	"errors"
@@ -9,20 +9,20 @@ import (
 
 	"github.com/cairnhq/cairn/internal/natstest"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
-	"github.com/cairnhq/cairn/pkg/runner"
+	"github.com/cairnhq/cairn/pkg/lease"
 )
 
 // The owner inbox a lease may name is the one NewOwner writes: under the owner prefix of
 // the service the lease's owner names, ending in a nuid. Everything else is foreign.
-func TestCheckOwnerInboxAcceptsOnlyTheShapeNewOwnerWrites(t *testing.T) {
+func TestCheckInboxAcceptsOnlyTheShapeNewOwnerWrites(t *testing.T) {
 	t.Parallel()
 	for _, service := range []string{"post-ledger", "compensator", "a_b", "x"} {
-		o := runner.NewOwner(service)
-		if err := runner.CheckOwnerInbox(kc.Lease{Owner: o.Name, OwnerInbox: o.Inbox}); err != nil {
+		o := lease.NewOwner(service)
+		if err := lease.CheckInbox(kc.Lease{Owner: o.Name, OwnerInbox: o.Inbox}); err != nil {
 			t.Errorf("NewOwner(%q) = %+v: %v, want accepted", service, o, err)
 		}
 	}
-	own := runner.NewOwner("post-ledger")
+	own := lease.NewOwner("post-ledger")
 	id := own.Inbox[len("cairn.owner.post-ledger."):]
 	for _, l := range []kc.Lease{
 		{Owner: own.Name, OwnerInbox: "cairn.runs.run-victim.undo"},
@@ -41,8 +41,8 @@ func TestCheckOwnerInboxAcceptsOnlyTheShapeNewOwnerWrites(t *testing.T) {
 		{Owner: "/h/1", OwnerInbox: "cairn.owner.." + id},
 		{Owner: own.Name, OwnerInbox: ""},
 	} {
-		if err := runner.CheckOwnerInbox(l); !errors.Is(err, runner.ErrForeignInbox) {
-			t.Errorf("CheckOwnerInbox(owner %q, inbox %q) = %v, want %v", l.Owner, l.OwnerInbox, err, runner.ErrForeignInbox)
+		if err := lease.CheckInbox(l); !errors.Is(err, lease.ErrForeignInbox) {
+			t.Errorf("CheckInbox(owner %q, inbox %q) = %v, want %v", l.Owner, l.OwnerInbox, err, lease.ErrForeignInbox)
 		}
 	}
 }
@@ -65,8 +65,8 @@ func TestOwnerGoneNeverAsksAForeignInbox(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	own := runner.NewOwner("post-ledger")
-	if runner.OwnerGone(t.Context(), nc, kc.Lease{Owner: own.Name, OwnerInbox: victim, Token: 7, Step: "report"}, 10*time.Millisecond) {
+	own := lease.NewOwner("post-ledger")
+	if lease.OwnerGone(t.Context(), nc, kc.Lease{Owner: own.Name, OwnerInbox: victim, Token: 7, Step: "report"}, 10*time.Millisecond) {
 		t.Fatal("OwnerGone on a foreign inbox: true, want false")
 	}
 	// A sentinel published now arrives after anything OwnerGone published before it.
@@ -82,7 +82,7 @@ func TestOwnerGoneNeverAsksAForeignInbox(t *testing.T) {
 		t.Fatal("the sentinel did not arrive within 10s")
 	}
 	// The inbox NewOwner makes, with nobody answering, is asked and proves its owner gone.
-	if !runner.OwnerGone(t.Context(), nc, kc.Lease{Owner: own.Name, OwnerInbox: own.Inbox}, 10*time.Millisecond) {
+	if !lease.OwnerGone(t.Context(), nc, kc.Lease{Owner: own.Name, OwnerInbox: own.Inbox}, 10*time.Millisecond) {
 		t.Fatal("OwnerGone on an owner inbox nobody answers: false, want true")
 	}
 }
