@@ -334,11 +334,16 @@ func (c *Compensator) reverse(ctx context.Context, m jetstream.Msg, h *kc.Holder
 		}
 		// A reversal that fails temporarily is tried again in place; its key makes a repeat
 		// of one that landed (its answer lost) a no-op.
+		// A reversal longer than the lease keeps it by the heartbeat, as a step's work does:
+		// without it the supervisor would find the lease expired and hand the undo to
+		// another compensator mid-reversal.
 		var made bool
-		err := runner.ItemPolicy(c.cfg.RetryAttempts).Do(ctx, runner.IsTemporary, func(int) error {
-			var err error
-			made, err = c.cfg.Systems[e.Intent.Reverse.System].Reverse(ctx, token, cur, e)
-			return err
+		err := lease.Keep(ctx, c.cfg.Heartbeat, h, func() bool { _ = m.InProgress(); return true }, func(ctx context.Context) error {
+			return runner.ItemPolicy(c.cfg.RetryAttempts).Do(ctx, runner.IsTemporary, func(int) error {
+				var err error
+				made, err = c.cfg.Systems[e.Intent.Reverse.System].Reverse(ctx, token, cur, e)
+				return err
+			})
 		})
 		if err != nil && refused(err) {
 			return c.handOverRefused(ctx, h, e, n, err)
