@@ -10,8 +10,9 @@
 //     or null. At most one stands on a run: a step's (the runner's), or the compensator's,
 //     whose step is "undo" (kvcheckpoint.UndoLease).
 //   - Owner. A process takes leases under one identity, NewOwner: <service>/<host>/<pid>-<6 of
-//     a nuid>, answering on cairn.owner.<service>.<nuid>, from before its first take until it
-//     stops (Answer). A lease naming an inbox of another shape (CheckInbox, ErrForeignInbox) is
+//     a nuid>, answering on its pipeline's owner inbox <root>owner.<service>.<nuid>
+//     (cairn.owner.<service>.<nuid> for the night, cairn.<name>.owner.<service>.<nuid> for
+//     pipeline <name>: Prefix), from before its first take until it stops (Answer). A lease naming an inbox of another shape (CheckInbox, ErrForeignInbox) is
 //     a forged or corrupt record's: its inbox is never asked, its lease never released; the
 //     supervisor hands the run over naming it, a worker leaves it alone.
 //   - Take. A lease is taken only when none stands (otherwise kvcheckpoint.ErrLeaseHeld),
@@ -75,26 +76,33 @@ const (
 	DefaultTakeoverGap = 500 * time.Millisecond
 )
 
-// OwnerPrefix begins every owner inbox: an owner of service s answers on
-// OwnerPrefix + s + "." + a nuid, the subjects s's NATS user alone may subscribe to.
-const OwnerPrefix = "cairn.owner."
+// Prefix begins the owner inboxes of space sp's services: an owner of service s answers on
+// Prefix(sp) + s + "." + a nuid, under the space's root, so that only the pipeline's own
+// NATS users may subscribe there (assets.Permissions): cairn.owner. for the night,
+// cairn.<name>.owner. for pipeline <name> ("owner" is a reserved pipeline name).
+func Prefix(sp assets.Space) string { return sp.Root() + "owner." }
+
+// LegacyPrefix is the owner prefix every pipeline shared before owner inboxes moved under
+// the pipeline's root: a lease taken by an earlier release and still in flight names it,
+// and is accepted in any space (the night's prefix is still this one). Under the permissions
+// of this release another pipeline's user can no longer answer there: asking such an inbox
+// gets a timeout, which proves nothing, and the lease then expires as any other.
+const LegacyPrefix = "cairn.owner."
 
 // ErrForeignInbox: a lease names an owner inbox of another shape than the one Cairn
 // writes (NewOwner): its record is forged or corrupt, and the inbox is never asked.
 var ErrForeignInbox = errors.New("foreign owner inbox")
 
-// NewOwner is the identity a worker of service takes leases under: the name
-// <service>/<host>/<pid>-<6 of a nuid> and the inbox cairn.owner.<service>.<nuid> it answers
+// NewOwner is the identity a worker of service in space sp takes leases under: the name
+// <service>/<host>/<pid>-<6 of a nuid> and the inbox Prefix(sp)<service>.<nuid> it answers
 // on. It is the one writer of the shape CheckInbox accepts.
-func NewOwner(service string) kc.Owner {
+func NewOwner(sp assets.Space, service string) kc.Owner {
 	host, _ := os.Hostname()
 	return kc.Owner{
 		Name:  service + "/" + cmp.Or(host, "host") + "/" + strconv.Itoa(os.Getpid()) + "-" + nuid.Next()[:6],
-		Inbox: ownerInbox(service, nuid.Next()),
+		Inbox: Prefix(sp) + service + "." + nuid.Next(),
 	}
 }
-
-func ownerInbox(service, id string) string { return OwnerPrefix + service + "." + id }
 
 // Answer answers "alive" on o's inbox until stop is called: a process that takes leases
 // answers from before its first take, so its leases are never taken over while it lives.
@@ -106,18 +114,22 @@ func Answer(nc *nats.Conn, o kc.Owner) (stop func(), err error) {
 	return func() { _ = sub.Unsubscribe() }, nil
 }
 
-// CheckInbox returns nil when l's owner inbox has the one shape NewOwner writes: an inbox
-// under the owner prefix of the service l.Owner names, ending in a nuid. Any other (a
-// subject of a stream, a KV key, a wildcard, another service's inbox) wraps
-// ErrForeignInbox: the lease is a forged or corrupt record's, and its inbox is never asked.
-func CheckInbox(l kc.Lease) error {
+// CheckInbox returns nil when l, a lease on a run of space sp, names an owner inbox of the
+// one shape NewOwner writes: under sp's owner prefix (or LegacyPrefix) and the service
+// l.Owner names, ending in a nuid. Any other (a subject of a stream, a KV key, a wildcard,
+// another service's or another pipeline's inbox) wraps ErrForeignInbox: the lease is a
+// forged or corrupt record's, and its inbox is never asked.
+func CheckInbox(sp assets.Space, l kc.Lease) error {
 	service, _, _ := strings.Cut(l.Owner, "/")
-	id, ok := strings.CutPrefix(l.OwnerInbox, OwnerPrefix+service+".")
-	if !ValidService(service) || !ok || l.OwnerInbox != ownerInbox(service, id) || !isNUID(id) {
-		return fmt.Errorf("lease of %q (token %d) names owner inbox %q, not %s<service>.<nuid> of its owner's service: %w",
-			cut(l.Owner, 128), l.Token, cut(l.OwnerInbox, 256), OwnerPrefix, ErrForeignInbox)
+	if ValidService(service) {
+		for _, prefix := range []string{Prefix(sp), LegacyPrefix} {
+			if id, ok := strings.CutPrefix(l.OwnerInbox, prefix+service+"."); ok && isNUID(id) {
+				return nil
+			}
+		}
 	}
-	return nil
+	return fmt.Errorf("lease of %q (token %d) names owner inbox %q, not %s<service>.<nuid> of its owner's service: %w",
+		cut(l.Owner, 128), l.Token, cut(l.OwnerInbox, 256), Prefix(sp), ErrForeignInbox)
 }
 
 // ValidService: a service name fit for one subject token of an owner inbox, as step names are.
@@ -136,9 +148,9 @@ func isNUID(s string) bool {
 
 // OwnerGone asks a lease owner's inbox twice, gap apart: two "no responders" answers, with
 // the asker connected throughout, prove the owner gone. A timeout proves nothing. An inbox
-// CheckInbox refuses is never asked: it proves nothing either.
-func OwnerGone(ctx context.Context, nc *nats.Conn, l kc.Lease, gap time.Duration) bool {
-	if CheckInbox(l) != nil {
+// CheckInbox refuses (for space sp) is never asked: it proves nothing either.
+func OwnerGone(ctx context.Context, nc *nats.Conn, sp assets.Space, l kc.Lease, gap time.Duration) bool {
+	if CheckInbox(sp, l) != nil {
 		return false
 	}
 	inbox := l.OwnerInbox
@@ -185,7 +197,7 @@ type Takeover struct {
 
 // OwnerGone asks l's owner whether it is alive (the package's OwnerGone, Gap apart).
 func (t *Takeover) OwnerGone(ctx context.Context, l kc.Lease) bool {
-	return OwnerGone(ctx, t.JS.Conn(), l, t.Gap)
+	return OwnerGone(ctx, t.JS.Conn(), t.Space, l, t.Gap)
 }
 
 // ReleaseGone is the fast takeover: when l's owner is proven gone, l is released (Release)

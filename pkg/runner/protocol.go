@@ -130,7 +130,7 @@ func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.Step
 // proven gone. A lease with a foreign owner inbox is left to the supervisor, which hands the
 // run over naming it; this worker asks nothing.
 func (r *Runner) takeOver(ctx context.Context, runID string, l kc.Lease) {
-	if err := lease.CheckInbox(l); err != nil {
+	if err := lease.CheckInbox(r.cfg.Space, l); err != nil {
 		r.log.Warn("lease left to the supervisor", slog.String("run_id", runID), slog.Any("error", err))
 		return
 	}

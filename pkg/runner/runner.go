@@ -167,7 +167,7 @@ func New(c Config) (*Runner, error) {
 		return nil, fmt.Errorf("step runner %q: %w", c.StepName, err)
 	}
 	def, _ := c.Pipeline.Step(c.StepName)
-	owner := lease.NewOwner(c.Service)
+	owner := lease.NewOwner(c.Space, c.Service)
 	r := &Runner{
 		cfg: c, def: def, owner: owner,
 		audit:   audit.New(c.JS, c.Service, c.Now).In(c.Space),

@@ -157,7 +157,7 @@ func (s *Supervisor) sweepRun(ctx context.Context, rec *kc.Record, rev uint64, s
 	s.seen[runID] = obs
 	s.mu.Unlock()
 	if l := rec.Lease; l != nil {
-		foreign := lease.CheckInbox(*l)
+		foreign := lease.CheckInbox(s.cfg.Space, *l)
 		switch {
 		case foreign != nil && handable(rec):
 			// A forged or corrupt lease: its inbox is never asked, the lease never released.

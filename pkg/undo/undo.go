@@ -118,7 +118,7 @@ func New(c Config) (*Compensator, error) {
 			return nil, fmt.Errorf("compensator: system %q is nil in Systems", name)
 		}
 	}
-	owner := lease.NewOwner("compensator")
+	owner := lease.NewOwner(c.Space, "compensator")
 	takeover := lease.Takeover{JS: c.JS, Space: c.Space, Store: c.Store, Source: source, Gap: c.TakeoverGap, Now: c.Now,
 		Publish: func(ctx context.Context, runID, step string, generation int, rev uint64) error {
 			return runner.PublishStep(ctx, c.JS, c.Space, source, runID, step, generation, rev, c.Now())
