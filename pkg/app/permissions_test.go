@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/assets"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/lease"
 )
 
 // Each pipeline's services, connected as a NATS user of their own with the pipeline's
@@ -80,6 +82,20 @@ func TestPipelinePermissions(t *testing.T) {
 		if _, err := admin.Consumer(ctx, d.stream, d.durable); err != nil {
 			t.Errorf("durable %s on %s: %v", d.durable, d.stream, err)
 		}
+	}
+	// Nor answer "alive" for one of beta's lease owners, which would keep a dead owner's
+	// lease from its fast takeover: owner inboxes are under each pipeline's root.
+	betaOwner := lease.NewOwner(assets.MustSpace("beta"), "shout")
+	sub, err := alpha.Conn().Subscribe(betaOwner.Inbox, func(m *nats.Msg) { _ = m.Respond([]byte("alive")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := alpha.Conn().Flush(); err != nil { // the server has taken or refused the subscription
+		t.Fatal(err)
+	}
+	if _, err := admin.Conn().Request(betaOwner.Inbox, nil, 10*time.Second); !errors.Is(err, nats.ErrNoResponders) {
+		t.Errorf("asking beta's owner inbox %s: %v, want no responders (alpha's user must not subscribe there)", betaOwner.Inbox, err)
 	}
 	if refused := un.violations(false); len(refused) == 0 {
 		t.Error("the server reported no permissions violation")

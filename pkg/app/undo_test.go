@@ -492,3 +492,115 @@ func TestUndoPermissions(t *testing.T) {
 		t.Errorf("the pipeline's services were refused: %v", v)
 	}
 }
+
+// slowRows is rowsSystem with a first reversal that lasts longer than the lease: it returns
+// only once it has seen the compensator's lease renewed `beats` times under the same token
+// (a heartbeat), and fails the moment the lease is another's or gone (the supervisor took it
+// as expired).
+type slowRows struct {
+	rowsSystem
+	store  *kc.Store
+	beats  int
+	slow   chan struct{} // closed by the first reversal
+	tokens chan uint64   // the token of every reversal asked for
+	lost   chan error    // the first reversal's lease lost
+}
+
+func (s slowRows) Reverse(ctx context.Context, t fence.Token, rec *kc.Record, e saga.Effect) (bool, error) {
+	s.tokens <- t.Value
+	select {
+	case <-s.slow:
+		return s.rowsSystem.Reverse(ctx, t, rec, e)
+	default:
+		close(s.slow)
+	}
+	seen := map[string]bool{}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for len(seen) <= s.beats {
+		cur, _, err := s.store.Load(ctx, rec.RunID)
+		if err != nil {
+			return false, err
+		}
+		if cur.Lease == nil || cur.Lease.Token != t.Value {
+			err := fmt.Errorf("the undo's lease %+v is no longer token %d's after %d beats: it expired mid-reversal", cur.Lease, t.Value, len(seen)-1)
+			s.lost <- err
+			return false, err
+		}
+		seen[cur.Lease.WriteID] = true
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return s.rowsSystem.Reverse(ctx, t, rec, e)
+}
+
+// A reversal that outlasts the lease (CAIRN_LEASE) keeps it by the compensator's heartbeat:
+// the supervisor, which releases a lease left unchanged for the lease's length, leaves it, and
+// the undo ends under the one token, each reversal made once.
+func TestLongReversalKeepsTheLease(t *testing.T) {
+	dir := t.TempDir()
+	js := natsFor(t)
+	db := openRows(t, filepath.Join(dir, "rows.db"))
+	cfg := rowsPipeline(js, filepath.Join(dir, "keys"), db)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if err := app.Init(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	store, err := kc.Open(ctx, js, assets.MustSpace("rows").Bucket(assets.BucketRuns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Lease 1 s, heartbeat 200 ms: 8 beats is 1.6 s, past the lease.
+	slow := slowRows{rowsSystem: rowsSystem{db}, store: store, beats: 8, slow: make(chan struct{}), tokens: make(chan uint64, 16), lost: make(chan error, 1)}
+	cfg.Systems = map[string]undo.System{"rows": slow}
+	running, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		err := app.Run(running, cfg, "post", app.Supervisor, app.Compensator)
+		if err != nil {
+			cancel()
+		}
+		done <- err
+	}()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	if err := app.Start(ctx, js, "rows", "r-1", map[string]any{"regions": "north,south,north"}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := app.Wait(ctx, js, "rows", "r-1"); err != nil || rec.Status != kc.Done {
+		t.Fatalf("r-1: %+v, %v; want done", rec, err)
+	}
+	if err := app.Command(ctx, js, "rows", "r-1", events.VerbUndo, "undo-all", events.Command{}); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitRecord(ctx, t, store, "r-1", "undone or handed over", func(r *kc.Record) bool {
+		return (r.Status == kc.Undone || r.Status == kc.HandedOver) && r.Lease == nil
+	})
+	if rec.Status != kc.Undone || rec.Undo == nil || rec.Undo.Reversed != 3 {
+		t.Fatalf("r-1: status %s, undo %+v, next action %q; want undone with 3 reversed", rec.Status, rec.Undo, rec.NextAction)
+	}
+	if got, want := db.received(t, "r-1"), []string{"row:03:rev", "row:02:rev", "row:01:rev"}; !slices.Equal(got, want) {
+		t.Errorf("the system received %v, want %v: each reversal once", got, want)
+	}
+	select {
+	case err := <-slow.lost:
+		t.Errorf("the long reversal: %v", err)
+	default:
+	}
+	close(slow.tokens)
+	var tokens []uint64
+	for tok := range slow.tokens {
+		tokens = append(tokens, tok)
+	}
+	if len(tokens) != 3 || tokens[0] != tokens[1] || tokens[1] != tokens[2] {
+		t.Errorf("reversals asked under tokens %v, want 3 under one token: no takeover", tokens)
+	}
+}

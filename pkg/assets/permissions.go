@@ -9,9 +9,9 @@ import "slices"
 // Creating, changing or deleting a stream, a bucket or a durable is admin's (Init).
 //
 // The services' connection must take its replies under Inbox (nats.CustomInboxPrefix), for
-// another pipeline's services cannot subscribe there. Shared by every pipeline: the JetStream
-// account information ($JS.API.INFO) and the owner inboxes (cairn.owner.<service>.<nuid>),
-// which carry only "alive?" and its answer.
+// another pipeline's services cannot subscribe there; so must its owner inboxes be, under
+// the space's root (<root>owner.<service>.<nuid>, package lease). Shared by every pipeline:
+// the JetStream account information ($JS.API.INFO) alone.
 type Permissions struct {
 	Publish []string `json:"publish"`
 	// PublishDeny are the durables' create and delete subjects, which the short-lived
@@ -44,7 +44,7 @@ func (c Config) Permissions() Permissions {
 	streams = append(streams, "OBJ_"+obj)
 
 	queues := []string{sp.Stream(StreamRuns), sp.Stream(StreamSteps)}
-	pub := []string{"$JS.API.INFO", sp.Root() + ">", "cairn.owner.*.*"}
+	pub := []string{"$JS.API.INFO", sp.Root() + ">"}
 	for _, s := range streams {
 		pub = append(pub,
 			"$JS.API.STREAM.INFO."+s,
@@ -77,7 +77,7 @@ func (c Config) Permissions() Permissions {
 	}
 	pub = append(pub, "$O."+obj+".>")
 	sub := []string{
-		sp.Inbox() + ".>", "cairn.owner.*.*",
+		sp.Inbox() + ".>", sp.Root() + "owner.*.*",
 		sp.MaxDeliveries(StreamSteps), sp.MaxDeliveries(StreamRuns),
 	}
 	slices.Sort(pub)

@@ -29,7 +29,7 @@ var spaceName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
 
 // reserved are the names that would make a space's subjects or buckets the default space's:
 // the second token of its subjects and the first word after cairn- of its buckets.
-var reserved = []string{"runs", "step", "saga", "outbox", "audit", "rejected", "memo", "handovers", "natural", "limits", "artifacts", "keys", "pipelines", "epoch"}
+var reserved = []string{"runs", "step", "saga", "outbox", "audit", "rejected", "memo", "handovers", "natural", "limits", "artifacts", "keys", "pipelines", "epoch", "owner"}
 
 // SpaceOf is the space of the pipeline called name, or an error naming what is wrong with
 // the name.

@@ -51,6 +51,9 @@
 //
 // # Who holds which token
 //
+// The lease's whole life (owners and their inboxes, the heartbeat, takeover of an owner gone,
+// expiry) is package [github.com/cairnhq/cairn/pkg/lease]; this package makes its writes.
+//
 // Every write is a compare-and-set conditioned on the revision read; Put is never
 // used, so no write can silently replace one it did not see.
 //

@@ -12,7 +12,7 @@ import (
 // Owner identifies a worker process: its name and the inbox it answers on.
 type Owner struct {
 	Name  string // <service>/<host>/<pid>
-	Inbox string // cairn.owner.<service>.<nuid>
+	Inbox string // <root>owner.<service>.<nuid> (package lease): cairn.owner.<service>.<nuid> for the night
 }
 
 // ErrConflict: the record changed since it was read; re-read and decide again.

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/pkg/lease"
 )
 
 // maxConcurrency is the step consumers' MaxAckPending: more messages in hand than that
@@ -41,16 +43,9 @@ func (g *runGates) enter(runID string, m jetstream.Msg, heartbeat time.Duration)
 	select {
 	case gate.turn <- struct{}{}:
 	default:
-		t := time.NewTicker(heartbeat)
-		for waiting := true; waiting; {
-			select {
-			case gate.turn <- struct{}{}:
-				waiting = false
-			case <-t.C:
-				_ = m.InProgress()
-			}
-		}
-		t.Stop()
+		stop := lease.Every(heartbeat, func() bool { _ = m.InProgress(); return true })
+		gate.turn <- struct{}{}
+		stop()
 	}
 	return func() {
 		<-gate.turn

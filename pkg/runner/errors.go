@@ -30,9 +30,6 @@ var (
 	// ErrRecordFull: the checkpoint record has no room for what the step would write (its
 	// commit and a failure), even with its outputs moved to the artifact store.
 	ErrRecordFull = errors.New("checkpoint record full")
-	// ErrForeignInbox: a lease names an owner inbox of another shape than the one Cairn
-	// writes (NewOwner): its record is forged or corrupt, and the inbox is never asked.
-	ErrForeignInbox = errors.New("foreign owner inbox")
 )
 
 // Temporary marks err as temporary.

@@ -2,14 +2,12 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/lease"
 )
 
 // runWithHeartbeat runs the step, stores its outputs and verifies them (points 6 to 8, and
@@ -35,17 +33,16 @@ func (r *Runner) runWithHeartbeat(ctx context.Context, m jetstream.Msg, a *Attem
 }
 
 // beating runs fn, work of a leased attempt (Run, and the loop guard and fences before it),
-// under the heartbeat; a lease lost meanwhile is its error.
+// under the lease's heartbeat (lease.Keep): every Heartbeat the message is kept in progress
+// and the lease renewed, but for a stalled attempt; a lease lost meanwhile is its error.
 func (r *Runner) beating(ctx context.Context, m jetstream.Msg, a *Attempt, h *kc.Holder, fn func(context.Context) error) error {
-	bctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	hb := r.startHeartbeat(bctx, cancel, m, a, h)
-	err := fn(bctx)
-	hb.stop()
-	if cause := context.Cause(bctx); err != nil && errors.Is(cause, kc.ErrFenced) {
-		err = cause
-	}
-	return err
+	return lease.Keep(ctx, r.cfg.Heartbeat, h, func() bool {
+		if a.hbPaused.Load() {
+			return false
+		}
+		_ = m.InProgress()
+		return true
+	}, fn)
 }
 
 // saveAndVerify stores the step's outputs, then hands Verify the result: the step checks
@@ -63,44 +60,4 @@ func (r *Runner) saveAndVerify(ctx context.Context, a *Attempt, res *Result) (ou
 		}
 	}
 	return outs, nil
-}
-
-// heartbeat beats from a timer every Heartbeat while the step runs: a step shorter than a
-// heartbeat costs no goroutine.
-type heartbeat struct {
-	mu      sync.Mutex // held by a beat under way, which stop waits for
-	stopped bool
-	t       *time.Timer
-}
-
-func (r *Runner) startHeartbeat(ctx context.Context, cancel context.CancelCauseFunc, m jetstream.Msg, a *Attempt, h *kc.Holder) *heartbeat {
-	hb := &heartbeat{}
-	hb.mu.Lock()
-	defer hb.mu.Unlock()
-	hb.t = time.AfterFunc(r.cfg.Heartbeat, func() {
-		hb.mu.Lock()
-		defer hb.mu.Unlock()
-		if hb.stopped || ctx.Err() != nil {
-			return
-		}
-		if !a.hbPaused.Load() {
-			_ = m.InProgress()
-			if h != nil {
-				if err := h.Renew(ctx); err != nil && errors.Is(err, kc.ErrFenced) {
-					cancel(err)
-					return
-				}
-			}
-		}
-		hb.t.Reset(r.cfg.Heartbeat)
-	})
-	return hb
-}
-
-// stop ends the heartbeat; a beat under way finishes first.
-func (hb *heartbeat) stop() {
-	hb.mu.Lock()
-	defer hb.mu.Unlock()
-	hb.stopped = true
-	hb.t.Stop()
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/faults"
 	"github.com/cairnhq/cairn/pkg/fence"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/lease"
 )
 
 // attempt runs points 2 to 10 of the step protocol and says how to settle the message.
@@ -64,9 +65,7 @@ func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.Step
 		return r.runLeaseFree(ctx, m, ready, rec, rev, redelivered)
 	}
 	if rec.Lease != nil {
-		if r.ownerGone(ctx, run, rec.Lease) {
-			r.releaseGone(ctx, run, *rec.Lease)
-		}
+		r.takeOver(ctx, run, *rec.Lease)
 		return ack
 	}
 	// 4. Take the lease.
@@ -125,6 +124,24 @@ func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.Step
 		a.log.Warn("the step restarts under other versions", slog.String("change", change))
 	}
 	return r.hold(ctx, m, a, h)
+}
+
+// takeOver is the fast takeover of a lease found on the step: released when its owner is
+// proven gone. A lease with a foreign owner inbox is left to the supervisor, which hands the
+// run over naming it; this worker asks nothing.
+func (r *Runner) takeOver(ctx context.Context, runID string, l kc.Lease) {
+	if err := lease.CheckInbox(r.cfg.Space, l); err != nil {
+		r.log.Warn("lease left to the supervisor", slog.String("run_id", runID), slog.Any("error", err))
+		return
+	}
+	released, err := r.takeover.ReleaseGone(ctx, runID, l)
+	if err != nil {
+		r.log.Warn("releasing a dead owner's lease", slog.String("run_id", runID), slog.Any("error", err))
+	}
+	if released {
+		r.m.Reassignments.WithLabelValues(l.Step, "owner_gone").Inc()
+		r.log.Info("released a dead owner's lease", slog.String("run_id", runID), slog.String("dead_owner", l.Owner), slog.Uint64("token", l.Token))
+	}
 }
 
 func (r *Runner) newAttempt(rec *kc.Record, token uint64, restart bool) *Attempt {

@@ -24,6 +24,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/faults"
 	"github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/lease"
 	"github.com/cairnhq/cairn/pkg/metrics"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/tracing"
@@ -82,9 +83,9 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	c.Service = cmp.Or(c.Service, c.StepName)
-	c.Heartbeat = cmp.Or(c.Heartbeat, 5*time.Second)
-	c.Lease = cmp.Or(c.Lease, 15*time.Second)
-	c.TakeoverGap = cmp.Or(c.TakeoverGap, 500*time.Millisecond)
+	c.Heartbeat = cmp.Or(c.Heartbeat, lease.DefaultHeartbeat)
+	c.Lease = cmp.Or(c.Lease, lease.DefaultLease)
+	c.TakeoverGap = cmp.Or(c.TakeoverGap, lease.DefaultTakeoverGap)
 	c.RetryAttempts = cmp.Or(c.RetryAttempts, 3)
 	c.LoopGuard = cmp.Or(c.LoopGuard, 3)
 	c.ParkLimit = cmp.Or(c.ParkLimit, 0.1)
@@ -117,7 +118,7 @@ func (c Config) validate() error {
 	if c.Step == nil {
 		errs = append(errs, fmt.Errorf("step %q has no implementation", c.StepName))
 	}
-	if !ownerService(c.Service) {
+	if !lease.ValidService(c.Service) {
 		errs = append(errs, fmt.Errorf("service %q is not one subject token of letters, digits, '-' and '_' (it names the owner inbox)", cut(c.Service, 64)))
 	}
 	if _, ok := c.Step.(Planner); c.Approval && !ok {
@@ -144,10 +145,12 @@ type Runner struct {
 	cfg   Config
 	def   pipeline.Step
 	owner kvcheckpoint.Owner
-	audit *audit.Publisher
-	log   *slog.Logger
-	m     *metrics.Metrics
-	hot   hotMetrics
+	// takeover releases the lease of an owner proven gone (the fast takeover).
+	takeover lease.Takeover
+	audit    *audit.Publisher
+	log      *slog.Logger
+	m        *metrics.Metrics
+	hot      hotMetrics
 
 	runs        runGates
 	unacked     chan struct{} // watchAcks: a slot per attempt whose publishes are unanswered
@@ -164,8 +167,8 @@ func New(c Config) (*Runner, error) {
 		return nil, fmt.Errorf("step runner %q: %w", c.StepName, err)
 	}
 	def, _ := c.Pipeline.Step(c.StepName)
-	owner := NewOwner(c.Service)
-	return &Runner{
+	owner := lease.NewOwner(c.Space, c.Service)
+	r := &Runner{
 		cfg: c, def: def, owner: owner,
 		audit:   audit.New(c.JS, c.Service, c.Now).In(c.Space),
 		log:     c.Logger.With(slog.String("step", c.StepName), slog.String("owner", owner.Name)),
@@ -177,7 +180,9 @@ func New(c Config) (*Runner, error) {
 			parked:   c.Metrics.Parked.WithLabelValues(c.StepName),
 			took:     c.Metrics.StepDuration.WithLabelValues(c.StepName, "verified"),
 		},
-	}, nil
+	}
+	r.takeover = lease.Takeover{JS: c.JS, Space: c.Space, Store: c.Store, Source: "/cairn/" + c.Service, Gap: c.TakeoverGap, Now: c.Now, Publish: r.publishStep}
+	return r, nil
 }
 
 // hotMetrics are the step's series that every attempt updates, looked up once.
@@ -195,11 +200,11 @@ func (r *Runner) Owner() kvcheckpoint.Owner { return r.owner }
 // step's durable deleted, the connection closed) is an error wrapping consume.ErrEnded:
 // Ended hears of it at once, the step in hand gets the same grace, then Run returns it.
 func (r *Runner) Run(ctx context.Context) error {
-	sub, err := r.cfg.JS.Conn().Subscribe(r.owner.Inbox, func(m *nats.Msg) { _ = m.Respond([]byte("alive")) })
+	stopAnswering, err := lease.Answer(r.cfg.JS.Conn(), r.owner)
 	if err != nil {
-		return fmt.Errorf("answering on %s: %w", r.owner.Inbox, err)
+		return err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer stopAnswering()
 	cons, err := r.cfg.JS.Consumer(ctx, r.cfg.Space.Stream(assets.StreamSteps), r.cfg.StepName)
 	if err != nil {
 		return fmt.Errorf("looking up consumer %q: %w", r.cfg.StepName, err)

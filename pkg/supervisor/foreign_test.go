@@ -7,8 +7,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/cairnhq/cairn/pkg/assets"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
-	"github.com/cairnhq/cairn/pkg/runner"
+	"github.com/cairnhq/cairn/pkg/lease"
 )
 
 // A lease naming an owner inbox Cairn never writes (a forged record's, aimed at another
@@ -66,7 +67,7 @@ func TestSweepAsksAnOwnerInboxNewOwnerMakes(t *testing.T) {
 	f := setup(t)
 	s := f.supervisor(t)
 	f.create(t, "r1", nil)
-	f.take(t, "r1", "a", runner.NewOwner("a"))
+	f.take(t, "r1", "a", lease.NewOwner(assets.Space{}, "a"))
 	_, taken := f.load(t, "r1")
 	f.observeAll(t, s)
 	s.SweepOnce(f.ctx, true)

@@ -19,6 +19,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/faults"
 	"github.com/cairnhq/cairn/pkg/identity"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/lease"
 	"github.com/cairnhq/cairn/pkg/metrics"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/runner"
@@ -77,6 +78,9 @@ type Supervisor struct {
 	cfg   Config
 	audit *audit.Publisher
 	log   *slog.Logger
+	// expiry judges the leases the sweep sees; takeover releases those gone or expired.
+	expiry   lease.Expiry
+	takeover lease.Takeover
 
 	ready chan struct{} // closed once Run consumes commands and advisories
 
@@ -109,7 +113,7 @@ type watched struct {
 
 // observation is what a sweep saw of a run, and when by the supervisor's own clock.
 type observation struct {
-	lease   string // token/write_id, "" when none
+	lease   string // lease.Mark: token/write_id, "" when none
 	current string // the step the run waits on
 	since   time.Time
 	asked   bool // whether the lease's owner was asked if it is alive
@@ -119,9 +123,9 @@ const source = "/cairn/supervisor"
 
 // New checks the configuration.
 func New(c Config) (*Supervisor, error) {
-	c.Lease = cmp.Or(c.Lease, 15*time.Second)
+	c.Lease = cmp.Or(c.Lease, lease.DefaultLease)
 	c.Heartbeat = cmp.Or(c.Heartbeat, c.Lease/3)
-	c.TakeoverGap = cmp.Or(c.TakeoverGap, 500*time.Millisecond)
+	c.TakeoverGap = cmp.Or(c.TakeoverGap, lease.DefaultTakeoverGap)
 	c.Sweep = cmp.Or(c.Sweep, time.Second)
 	c.UnknownSweep = cmp.Or(c.UnknownSweep, 10*time.Second)
 	c.UnknownLimit = cmp.Or(c.UnknownLimit, 100)
@@ -144,8 +148,11 @@ func New(c Config) (*Supervisor, error) {
 	if err := c.Pipeline.Validate(); err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
-	return &Supervisor{cfg: c, audit: audit.New(c.JS, "supervisor", c.Now).In(c.Space), log: c.Logger.With(slog.String("service", "supervisor")), seen: map[string]observation{}, runs: map[string]watched{}, mail: map[string]delivery{},
-		bad: map[string]untrusted{}, panicked: map[string]uint64{}, queues: map[string]jetstream.Stream{}, ready: make(chan struct{})}, nil
+	s := &Supervisor{cfg: c, audit: audit.New(c.JS, "supervisor", c.Now).In(c.Space), log: c.Logger.With(slog.String("service", "supervisor")), seen: map[string]observation{}, runs: map[string]watched{}, mail: map[string]delivery{},
+		bad: map[string]untrusted{}, panicked: map[string]uint64{}, queues: map[string]jetstream.Stream{}, ready: make(chan struct{}),
+		expiry: lease.Expiry{Heartbeat: c.Heartbeat, Lease: c.Lease}}
+	s.takeover = lease.Takeover{JS: c.JS, Space: c.Space, Store: c.Store, Source: source, Gap: c.TakeoverGap, Now: c.Now, Publish: s.publish}
+	return s, nil
 }
 
 // Run frees the leases of owners that are gone, then consumes commands and sweeps until ctx

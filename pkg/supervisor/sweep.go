@@ -14,6 +14,7 @@ import (
 
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/lease"
 	"github.com/cairnhq/cairn/pkg/runner"
 	"github.com/cairnhq/cairn/pkg/tracing"
 )
@@ -143,33 +144,31 @@ func (s *Supervisor) sweepRun(ctx context.Context, rec *kc.Record, rev uint64, s
 	}
 	now := s.cfg.Now()
 	obs := observation{current: rec.Current(), since: now}
-	if rec.Lease != nil {
-		obs.lease = fmt.Sprintf("%d/%s", rec.Lease.Token, rec.Lease.WriteID)
-	}
+	obs.lease = lease.Mark(rec.Lease)
 	s.mu.Lock()
 	prev, known := s.seen[runID]
 	if known && prev.lease == obs.lease && prev.current == obs.current {
 		obs.since, obs.asked = prev.since, prev.asked
 	}
-	stale := rec.Lease != nil && !obs.asked && !startup && now.Sub(obs.since) >= 2*s.cfg.Heartbeat && now.Sub(obs.since) < s.cfg.Lease
+	stale := rec.Lease != nil && !obs.asked && !startup && s.expiry.Overdue(now.Sub(obs.since))
 	if stale {
 		obs.asked = true
 	}
 	s.seen[runID] = obs
 	s.mu.Unlock()
 	if l := rec.Lease; l != nil {
-		foreign := runner.CheckOwnerInbox(*l)
+		foreign := lease.CheckInbox(s.cfg.Space, *l)
 		switch {
 		case foreign != nil && handable(rec):
 			// A forged or corrupt lease: its inbox is never asked, the lease never released.
 			s.forget(runID)
 			return s.handOver(ctx, runID, rec.Current(), reasonForeignInbox, foreign, func(r *kc.Record) bool { return r.Lease != nil && *r.Lease == *l })
-		case foreign == nil && (startup || stale) && runner.OwnerGone(ctx, s.cfg.JS.Conn(), *l, s.cfg.TakeoverGap):
+		case foreign == nil && (startup || stale) && s.takeover.OwnerGone(ctx, *l):
 			s.forget(runID)
-			return s.reassign(ctx, runID, *l, "owner_gone", "owner "+l.Owner+" gone (no responders)")
-		case now.Sub(obs.since) >= s.cfg.Lease:
+			return s.reassign(ctx, runID, *l, "owner_gone", lease.GoneReason(*l))
+		case s.expiry.Expired(now.Sub(obs.since)):
 			s.forget(runID)
-			return s.reassign(ctx, runID, *l, "expired", fmt.Sprintf("lease of %s expired (not renewed for %s)", l.Owner, s.cfg.Lease))
+			return s.reassign(ctx, runID, *l, "expired", lease.ExpiredReason(*l, s.cfg.Lease))
 		}
 		return nil
 	}
@@ -228,7 +227,7 @@ func (s *Supervisor) reassign(ctx context.Context, runID string, l kc.Lease, rea
 	}
 	ctx, span := tracing.StartRun(ctx, runID, "supervisor reassign", attribute.String("cairn.step", l.Step), attribute.String("cairn.reason", reason))
 	defer span.End()
-	released, err := runner.ReleaseLease(ctx, s.cfg.JS, s.cfg.Space, s.cfg.Store, source, runID, l, why, s.cfg.Now)
+	released, err := s.takeover.Release(ctx, runID, l, why)
 	if released {
 		s.cfg.Metrics.Reassignments.WithLabelValues(l.Step, reason).Inc()
 		s.log.Info("lease released, step published again", slog.String("run_id", runID), slog.String("step", l.Step), slog.Uint64("token", l.Token), slog.String("reason", why))

@@ -34,6 +34,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/faults"
 	"github.com/cairnhq/cairn/pkg/fence"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/lease"
 	"github.com/cairnhq/cairn/pkg/runner"
 	"github.com/cairnhq/cairn/pkg/saga"
 	"github.com/cairnhq/cairn/pkg/supervisor"
@@ -41,6 +42,9 @@ import (
 
 // Step is the lease step of an undo.
 const Step = kc.UndoLease
+
+// source is the compensator's events' source.
+const source = "/cairn/compensator"
 
 // System is an outside system whose effects an undo reverses, registered under the system
 // name its effects carry (saga.Reverse.System).
@@ -86,14 +90,16 @@ type Config struct {
 type Compensator struct {
 	cfg   Config
 	owner kc.Owner
-	audit *audit.Publisher
-	log   *slog.Logger
+	// takeover releases an undo's lease whose owner is proven gone.
+	takeover lease.Takeover
+	audit    *audit.Publisher
+	log      *slog.Logger
 }
 
 // New checks the configuration.
 func New(c Config) (*Compensator, error) {
-	c.Heartbeat = cmp.Or(c.Heartbeat, 5*time.Second)
-	c.TakeoverGap = cmp.Or(c.TakeoverGap, 500*time.Millisecond)
+	c.Heartbeat = cmp.Or(c.Heartbeat, lease.DefaultHeartbeat)
+	c.TakeoverGap = cmp.Or(c.TakeoverGap, lease.DefaultTakeoverGap)
 	c.RetryAttempts = cmp.Or(c.RetryAttempts, 3)
 	if c.Now == nil {
 		c.Now = time.Now
@@ -112,8 +118,12 @@ func New(c Config) (*Compensator, error) {
 			return nil, fmt.Errorf("compensator: system %q is nil in Systems", name)
 		}
 	}
-	owner := runner.NewOwner("compensator")
-	return &Compensator{cfg: c, owner: owner, audit: audit.New(c.JS, "compensator", c.Now).In(c.Space),
+	owner := lease.NewOwner(c.Space, "compensator")
+	takeover := lease.Takeover{JS: c.JS, Space: c.Space, Store: c.Store, Source: source, Gap: c.TakeoverGap, Now: c.Now,
+		Publish: func(ctx context.Context, runID, step string, generation int, rev uint64) error {
+			return runner.PublishStep(ctx, c.JS, c.Space, source, runID, step, generation, rev, c.Now())
+		}}
+	return &Compensator{cfg: c, owner: owner, takeover: takeover, audit: audit.New(c.JS, "compensator", c.Now).In(c.Space),
 		log: c.Logger.With(slog.String("service", "compensator"), slog.String("owner", owner.Name))}, nil
 }
 
@@ -121,11 +131,11 @@ func New(c Config) (*Compensator, error) {
 // error wrapping consume.ErrEnded when the loop ends by itself (the durable deleted, the
 // connection closed).
 func (c *Compensator) Run(ctx context.Context) error {
-	sub, err := c.cfg.JS.Conn().Subscribe(c.owner.Inbox, func(m *nats.Msg) { _ = m.Respond([]byte("alive")) })
+	stopAnswering, err := lease.Answer(c.cfg.JS.Conn(), c.owner)
 	if err != nil {
-		return fmt.Errorf("answering on %s: %w", c.owner.Inbox, err)
+		return err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer stopAnswering()
 	stream := c.cfg.Space.Stream(assets.StreamRuns)
 	cons, err := c.cfg.JS.Consumer(ctx, stream, assets.ConsumerCompensator)
 	if err != nil {
@@ -261,8 +271,8 @@ func (c *Compensator) undo(ctx context.Context, m jetstream.Msg, runID, id strin
 		}
 	}
 	if l := rec.Lease; l != nil {
-		if l.Step == Step && runner.OwnerGone(ctx, c.cfg.JS.Conn(), *l, c.cfg.TakeoverGap) {
-			if _, err := runner.ReleaseLease(ctx, c.cfg.JS, c.cfg.Space, c.cfg.Store, "/cairn/compensator", runID, *l, "owner "+l.Owner+" gone (no responders)", c.cfg.Now); err != nil {
+		if l.Step == Step { // a step's lease is its runner's to take over, or the supervisor's
+			if _, err := c.takeover.ReleaseGone(ctx, runID, *l); err != nil {
 				return err
 			}
 		}
@@ -324,11 +334,16 @@ func (c *Compensator) reverse(ctx context.Context, m jetstream.Msg, h *kc.Holder
 		}
 		// A reversal that fails temporarily is tried again in place; its key makes a repeat
 		// of one that landed (its answer lost) a no-op.
+		// A reversal longer than the lease keeps it by the heartbeat, as a step's work does:
+		// without it the supervisor would find the lease expired and hand the undo to
+		// another compensator mid-reversal.
 		var made bool
-		err := runner.ItemPolicy(c.cfg.RetryAttempts).Do(ctx, runner.IsTemporary, func(int) error {
-			var err error
-			made, err = c.cfg.Systems[e.Intent.Reverse.System].Reverse(ctx, token, cur, e)
-			return err
+		err := lease.Keep(ctx, c.cfg.Heartbeat, h, func() bool { _ = m.InProgress(); return true }, func(ctx context.Context) error {
+			return runner.ItemPolicy(c.cfg.RetryAttempts).Do(ctx, runner.IsTemporary, func(int) error {
+				var err error
+				made, err = c.cfg.Systems[e.Intent.Reverse.System].Reverse(ctx, token, cur, e)
+				return err
+			})
 		})
 		if err != nil && refused(err) {
 			return c.handOverRefused(ctx, h, e, n, err)

@@ -1,4 +1,4 @@
-package runner_test
+package lease_test
 
 import (
 	"errors"
@@ -8,21 +8,41 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/cairnhq/cairn/internal/natstest"
+	"github.com/cairnhq/cairn/pkg/assets"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
-	"github.com/cairnhq/cairn/pkg/runner"
+	"github.com/cairnhq/cairn/pkg/lease"
 )
 
 // The owner inbox a lease may name is the one NewOwner writes: under the owner prefix of
-// the service the lease's owner names, ending in a nuid. Everything else is foreign.
-func TestCheckOwnerInboxAcceptsOnlyTheShapeNewOwnerWrites(t *testing.T) {
+// the run's pipeline and the service the lease's owner names, ending in a nuid (or, for a
+// lease of an earlier release in flight, the prefix every pipeline shared). Everything else
+// is foreign, another pipeline's inbox included.
+func TestCheckInboxAcceptsOnlyTheShapeNewOwnerWrites(t *testing.T) {
 	t.Parallel()
-	for _, service := range []string{"post-ledger", "compensator", "a_b", "x"} {
-		o := runner.NewOwner(service)
-		if err := runner.CheckOwnerInbox(kc.Lease{Owner: o.Name, OwnerInbox: o.Inbox}); err != nil {
-			t.Errorf("NewOwner(%q) = %+v: %v, want accepted", service, o, err)
+	night, enrich, other := assets.Space{}, assets.MustSpace("enrich"), assets.MustSpace("other")
+	for _, sp := range []assets.Space{night, enrich} {
+		for _, service := range []string{"post-ledger", "compensator", "a_b", "x"} {
+			o := lease.NewOwner(sp, service)
+			if err := lease.CheckInbox(sp, kc.Lease{Owner: o.Name, OwnerInbox: o.Inbox}); err != nil {
+				t.Errorf("NewOwner(%q, %q) = %+v: %v, want accepted", sp.Name(), service, o, err)
+			}
 		}
 	}
-	own := runner.NewOwner("post-ledger")
+	if o := lease.NewOwner(night, "fetch"); o.Inbox[:len("cairn.owner.fetch.")] != "cairn.owner.fetch." {
+		t.Errorf("the night's owner inbox %q, want cairn.owner.fetch.<nuid> as before", o.Inbox)
+	}
+	mine := lease.NewOwner(enrich, "upload")
+	if want := "cairn.enrich.owner.upload."; mine.Inbox[:len(want)] != want {
+		t.Errorf("enrich's owner inbox %q, want under %s", mine.Inbox, want)
+	}
+	legacy := kc.Lease{Owner: mine.Name, OwnerInbox: "cairn.owner.upload." + mine.Inbox[len("cairn.enrich.owner.upload."):]}
+	if err := lease.CheckInbox(enrich, legacy); err != nil {
+		t.Errorf("a lease of an earlier release (inbox %q): %v, want accepted", legacy.OwnerInbox, err)
+	}
+	if err := lease.CheckInbox(other, kc.Lease{Owner: mine.Name, OwnerInbox: mine.Inbox}); !errors.Is(err, lease.ErrForeignInbox) {
+		t.Errorf("enrich's owner inbox on a run of pipeline other: %v, want %v", err, lease.ErrForeignInbox)
+	}
+	own := lease.NewOwner(night, "post-ledger")
 	id := own.Inbox[len("cairn.owner.post-ledger."):]
 	for _, l := range []kc.Lease{
 		{Owner: own.Name, OwnerInbox: "cairn.runs.run-victim.undo"},
@@ -31,6 +51,7 @@ func TestCheckOwnerInboxAcceptsOnlyTheShapeNewOwnerWrites(t *testing.T) {
 		{Owner: own.Name, OwnerInbox: "cairn.owner.post-ledger.>"},
 		{Owner: own.Name, OwnerInbox: "cairn.owner.>"},
 		{Owner: own.Name, OwnerInbox: "cairn.owner.match." + id},                  // another service's prefix
+		{Owner: own.Name, OwnerInbox: "cairn.enrich.owner.post-ledger." + id},     // another pipeline's
 		{Owner: "match/h/1-abcdef", OwnerInbox: own.Inbox},                        // an owner of another service
 		{Owner: own.Name, OwnerInbox: own.Inbox + ".x"},                           // a deeper subject
 		{Owner: own.Name, OwnerInbox: own.Inbox[:len(own.Inbox)-1]},               // not a nuid
@@ -41,8 +62,8 @@ func TestCheckOwnerInboxAcceptsOnlyTheShapeNewOwnerWrites(t *testing.T) {
 		{Owner: "/h/1", OwnerInbox: "cairn.owner.." + id},
 		{Owner: own.Name, OwnerInbox: ""},
 	} {
-		if err := runner.CheckOwnerInbox(l); !errors.Is(err, runner.ErrForeignInbox) {
-			t.Errorf("CheckOwnerInbox(owner %q, inbox %q) = %v, want %v", l.Owner, l.OwnerInbox, err, runner.ErrForeignInbox)
+		if err := lease.CheckInbox(night, l); !errors.Is(err, lease.ErrForeignInbox) {
+			t.Errorf("CheckInbox(owner %q, inbox %q) = %v, want %v", l.Owner, l.OwnerInbox, err, lease.ErrForeignInbox)
 		}
 	}
 }
@@ -65,8 +86,8 @@ func TestOwnerGoneNeverAsksAForeignInbox(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	own := runner.NewOwner("post-ledger")
-	if runner.OwnerGone(t.Context(), nc, kc.Lease{Owner: own.Name, OwnerInbox: victim, Token: 7, Step: "report"}, 10*time.Millisecond) {
+	own := lease.NewOwner(assets.Space{}, "post-ledger")
+	if lease.OwnerGone(t.Context(), nc, assets.Space{}, kc.Lease{Owner: own.Name, OwnerInbox: victim, Token: 7, Step: "report"}, 10*time.Millisecond) {
 		t.Fatal("OwnerGone on a foreign inbox: true, want false")
 	}
 	// A sentinel published now arrives after anything OwnerGone published before it.
@@ -82,7 +103,7 @@ func TestOwnerGoneNeverAsksAForeignInbox(t *testing.T) {
 		t.Fatal("the sentinel did not arrive within 10s")
 	}
 	// The inbox NewOwner makes, with nobody answering, is asked and proves its owner gone.
-	if !runner.OwnerGone(t.Context(), nc, kc.Lease{Owner: own.Name, OwnerInbox: own.Inbox}, 10*time.Millisecond) {
+	if !lease.OwnerGone(t.Context(), nc, assets.Space{}, kc.Lease{Owner: own.Name, OwnerInbox: own.Inbox}, 10*time.Millisecond) {
 		t.Fatal("OwnerGone on an owner inbox nobody answers: false, want true")
 	}
 }
