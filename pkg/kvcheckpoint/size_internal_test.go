@@ -115,6 +115,7 @@ func randomRecord(rng *rand.Rand) *Record {
 // encoded, on many records and on the fullest projections Room, StepRoom and CommandRoom
 // measure: so the cheap Room is the Room of Clone and Encode, exactly.
 func TestSizeIsTheEncodedLength(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(15, 18))
 	check := func(what string, r *Record) {
 		t.Helper()
@@ -195,6 +196,7 @@ func TestOutputSizeIsTheChange(t *testing.T) {
 // Room, StepRoom and CommandRoom on their cheap copy (projection) are what they are on a
 // deep copy (Clone), and leave the record as it was.
 func TestRoomsOnACheapCopy(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(4, 15))
 	for i := range 3000 {
 		r := randomRecord(rng)
@@ -279,11 +281,23 @@ func TestRoomWithinStepRoom(t *testing.T) {
 // StepRoom from the record's size and what the projection adds (stepRoomBySize) is, on
 // thousands of records, exactly StepRoom on the projected record, and takes every record
 // the straight writer takes.
+//
+// The records come from two generators of their own, 2,500 each, checked side by side: under
+// -race this is the package's longest test, and the two halves use both cores.
 func TestStepRoomBySize(t *testing.T) {
-	rng := rand.New(rand.NewPCG(18, 2))
+	t.Parallel()
+	for half := range uint64(2) {
+		t.Run(fmt.Sprintf("records-%d", half+1), func(t *testing.T) {
+			t.Parallel()
+			stepRoomBySizeOn(t, rand.New(rand.NewPCG(18, 2+half)), 2500)
+		})
+	}
+}
+
+func stepRoomBySizeOn(t *testing.T, rng *rand.Rand, records int) {
 	statuses := []Status{Running, HandedOver, WaitingApproval, Done, Cancelled, "a\"b"}
 	fast := 0
-	for i := range 5000 {
+	for i := range records {
 		r := randomRecord(rng)
 		// What randomRecord leaves at its zero: a handover, a progress count, a source
 		// fingerprint, counts of every length, another status, no steps at all.
