@@ -49,6 +49,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
 	"github.com/cairnhq/cairn/pkg/runner"
+	"github.com/cairnhq/cairn/pkg/saga"
 	"github.com/cairnhq/cairn/pkg/supervisor"
 	"github.com/cairnhq/cairn/pkg/undo"
 )
@@ -111,9 +112,11 @@ type Config struct {
 	// (Command, events.VerbUndo) and reverses each effect through its system, newest first,
 	// fenced by the undo's token, resuming from its cursor after a crash. An effect whose
 	// system is not here is never skipped: the undo hands the run over naming the system.
-	// Messages queued with Attempt.Queue are not reversed (what went out stays out); a
-	// pipeline whose effects name system saga.Mail registers undo.Mail for it. Set Systems
-	// before Init, which makes the compensator's signing key.
+	// Messages queued with Attempt.Queue are not reversed (what went out stays out); those
+	// queued with Attempt.QueueWithdrawable are, by system saga.Mail, which a pipeline with
+	// an Outbox has without registering it (undo.Mail on the pipeline's outbox: a message
+	// not yet handed to the sender is cancelled, one that may have gone gets its
+	// withdrawal). Set Systems before Init, which makes the compensator's signing key.
 	Systems map[string]undo.System
 
 	// Limits are the shared rate limits the steps declare (pipeline.Step.RateLimit), by the
@@ -128,13 +131,13 @@ type Config struct {
 
 // Services are the pipeline's services: its steps, in order, the supervisor, the outbox
 // sender when the pipeline has one (Outbox), and the compensator when it registers its
-// systems' reversals (Systems).
+// systems' reversals (Systems) or has an outbox (whose withdrawals it sends).
 func (c Config) Services() []string {
 	out := append(c.Pipeline.Names(), Supervisor)
 	if c.Outbox != nil {
 		out = append(out, OutboxSender)
 	}
-	if len(c.Systems) > 0 {
+	if len(c.Systems) > 0 || c.Outbox != nil {
 		out = append(out, Compensator)
 	}
 	return out
@@ -349,8 +352,15 @@ func (h *host) runSupervisor(ctx context.Context) error {
 func (h *host) runCompensator(ctx context.Context) error {
 	c := h.c
 	store := h.store.As(h.signers[Compensator])
+	systems := maps.Clone(c.Systems)
+	if c.Outbox != nil && systems[saga.Mail] == nil {
+		if systems == nil {
+			systems = map[string]undo.System{}
+		}
+		systems[saga.Mail] = undo.Mail{JS: c.JS, Space: c.Space(), Marks: h.marks, Store: store, Now: c.Now}
+	}
 	u, err := undo.New(undo.Config{
-		JS: c.JS, Space: c.Space(), Store: store, Systems: c.Systems, Handovers: h.handovers, Heartbeat: c.Heartbeat,
+		JS: c.JS, Space: c.Space(), Store: store, Systems: systems, Handovers: h.handovers, Heartbeat: c.Heartbeat,
 		TakeoverGap: c.TakeoverGap, Faults: c.Faults, Now: c.Now, RetryAttempts: c.RetryAttempts,
 		Logger: c.Logger, // undo.New names the service
 	})

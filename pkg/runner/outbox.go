@@ -1,9 +1,11 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -32,19 +34,78 @@ func (a *Attempt) Space() assets.Space { return a.r.cfg.Space }
 // a failed attempt queues the same keys. A retry's copy (a higher token) is stored beside the
 // failed attempt's and the outbox's marks send the key once; a retry that would queue another
 // text under a key an earlier attempt recorded is refused before anything is queued
-// (idempotency.ErrConflict, naming both digests), and the run is handed over. A message is
-// not reversed by an undo: what went out stays out.
+// (idempotency.ErrConflict, naming both digests), and the run is handed over. A message
+// queued here is not reversed by an undo: what went out stays out (QueueWithdrawable gives
+// a message its withdrawal).
 //
 // Every message is checked before any is queued: a broken rule is an error naming the
 // message and the rule (outbox.ErrInvalid), and nothing is queued.
 func (a *Attempt) Queue(ctx context.Context, msgs ...outbox.Message) error {
-	filled := make([]outbox.Message, len(msgs))
-	var errs []error
+	ws := make([]Withdrawable, len(msgs))
 	for i, m := range msgs {
+		ws[i] = Withdrawable{Message: m}
+	}
+	return a.queue(ctx, ws)
+}
+
+// Withdrawable is a message and the withdrawal an undo of the run sends in its place when
+// the message may have gone (QueueWithdrawable).
+type Withdrawable struct {
+	Message outbox.Message
+	// Withdrawal is sent by the undo, under its own Key (beginning with the run id, built
+	// from ids only, as the message's), when the message was handed to the sender; a message
+	// never handed to it is cancelled instead and no withdrawal is sent. Kind defaults to
+	// "withdraw"; RunID, Reverses (the message's key) and the rest of what is the attempt's
+	// are filled in as Queue fills a message's; Step, Token and QueuedAt are the undo's.
+	Withdrawal outbox.Message
+	// Attrs are the message's attributes, which an undo's scope selects by.
+	Attrs map[string]string
+}
+
+// QueueWithdrawable queues each message as Queue does, with its withdrawal recorded as its
+// reversal (system saga.Mail) on the saga intent. An undo of the run (app.Config.Outbox runs
+// the compensator) then cancels a message still waiting for the sender, and for one that may
+// have gone queues its withdrawal, sent once by its key however often the undo is repeated.
+func (a *Attempt) QueueWithdrawable(ctx context.Context, ws ...Withdrawable) error {
+	for i := range ws {
+		ws[i].Withdrawal.Kind = cmp.Or(ws[i].Withdrawal.Kind, "withdraw")
+	}
+	return a.queue(ctx, ws)
+}
+
+func (a *Attempt) queue(ctx context.Context, ws []Withdrawable) error {
+	filled := make([]outbox.Message, len(ws))
+	reverses := make([]*saga.Reverse, len(ws))
+	var errs []error
+	for i, w := range ws {
 		var err error
-		if filled[i], err = a.fill(m); err != nil {
+		if filled[i], err = a.fill(w.Message); err != nil {
 			errs = append(errs, err)
+			continue
 		}
+		if w.Withdrawal.Kind == "" {
+			continue // no withdrawal: Queue's message
+		}
+		if w.Withdrawal.Reverses != "" && w.Withdrawal.Reverses != filled[i].Key {
+			errs = append(errs, fmt.Errorf("%w %q: the withdrawal of %q reverses %q", outbox.ErrInvalid, w.Withdrawal.Key, filled[i].Key, w.Withdrawal.Reverses))
+			continue
+		}
+		if w.Withdrawal.Key == filled[i].Key {
+			errs = append(errs, fmt.Errorf("%w %q: a withdrawal needs a key of its own, not its message's", outbox.ErrInvalid, w.Withdrawal.Key))
+			continue
+		}
+		wd := w.Withdrawal
+		wd.Reverses = filled[i].Key
+		if wd, err = a.fill(wd); err != nil {
+			errs = append(errs, fmt.Errorf("the withdrawal of %q: %w", filled[i].Key, err))
+			continue
+		}
+		b, err := json.Marshal(wd)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		reverses[i] = &saga.Reverse{System: saga.Mail, Key: wd.Key, Payload: b}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -52,7 +113,7 @@ func (a *Attempt) Queue(ctx context.Context, msgs ...outbox.Message) error {
 	effs := make([]Effect, len(filled))
 	for i, m := range filled {
 		sum := sha256.Sum256([]byte(m.Body))
-		effs[i] = Effect{Key: m.Key, Digest: outbox.Digest(m), Payload: queuedIntent{Kind: m.Kind, To: m.To, Subject: m.Subject,
+		effs[i] = Effect{Key: m.Key, Digest: outbox.Digest(m), Attrs: ws[i].Attrs, Reverse: reverses[i], Payload: queuedIntent{Kind: m.Kind, To: m.To, Subject: m.Subject,
 			BodyDigest: "sha256:" + hex.EncodeToString(sum[:]), BodySize: len(m.Body)}}
 	}
 	opts := []outbox.QueueOption{outbox.In(a.Space()), outbox.SignedBy(a.Signer())}
