@@ -136,6 +136,7 @@ func Open(ctx context.Context, c Config, js jetstream.JetStream, log *slog.Logge
 	if d.Artifacts, err = artifacts.Open(ctx, js, assets.ObjectArtifacts); err != nil {
 		return nil, err
 	}
+	d.Store = d.Store.Moving(d.Artifacts.SaveObject) // every writer: the budget's room lent (kvcheckpoint)
 	for name, kv := range map[string]*jetstream.KeyValue{assets.BucketHandovers: &d.Handovers, assets.BucketOutbox: &d.Marks, assets.BucketMemo: &d.Memo, assets.BucketNaturalKeys: &d.Natural} {
 		if *kv, err = js.KeyValue(ctx, name); err != nil {
 			return nil, fmt.Errorf("looking up bucket %s: %w", name, err)

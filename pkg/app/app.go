@@ -307,6 +307,7 @@ func open(ctx context.Context, c Config, services []string) (*host, error) {
 	if h.artifacts, err = artifacts.Open(ctx, c.JS, c.Space().Bucket(assets.ObjectArtifacts)); err != nil {
 		return nil, err
 	}
+	h.store = h.store.Moving(h.artifacts.SaveObject) // every writer: the budget's room lent (kvcheckpoint)
 	for name, kv := range map[string]*jetstream.KeyValue{assets.BucketHandovers: &h.handovers, assets.BucketOutbox: &h.marks, assets.BucketMemo: &h.memo, assets.BucketNaturalKeys: &h.natural} {
 		name = c.Space().Bucket(name)
 		if *kv, err = c.JS.KeyValue(ctx, name); err != nil {

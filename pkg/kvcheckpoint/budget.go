@@ -1,6 +1,7 @@
 package kvcheckpoint
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/cairnhq/cairn/pkg/events"
-	"github.com/cairnhq/cairn/pkg/identity"
 )
 
 // The record's budget. A record is at most MaxSize bytes whatever the size of the run: what a
@@ -28,13 +28,19 @@ import (
 //   - a margin (slack) for what a projection cannot know, such as a parking step's
 //     parked_artifact.
 //
-// A committing step puts an output inline only if Room stays ≥ 0; otherwise the output is an
-// object. So after any commit the steps ahead can commit, and the current one can fail and be
-// handed over, within MaxSize. [StepRoom] is the same projection for one step alone, the
-// diagnostics of the verified steps given up as [Fit] would: a step checks it before any
-// outside effect and hands the run over rather than do what its commit could not record.
-// And a write that would exceed MaxSize first gives up diagnostics ([Fit]): last_error texts,
-// then parked lists that an artifact holds in full.
+// A commit keeps a snapshot inline only while Room stays ≥ 0. [StepRoom] is the same
+// projection for one step alone, the diagnostics of the verified
+// steps given up as [Fit] would and their inline outputs counted as objects: a step checks it
+// before any outside effect and hands the run over rather than do what its commit could not
+// record. [CommandRoom] counts the inline outputs as objects too. An inline output is room
+// lent, not spent: a write that would exceed MaxSize first moves the verified steps' inline
+// outputs to the artifact store, the largest first, while it is over (a Store WithMover: a
+// pointer of the same digest takes the output's place, nothing is lost), then gives up
+// diagnostics ([Fit]): last_error texts, then parked lists that an artifact holds in full.
+// So outputs stay inline, and a run's transitions store nothing but their commits, until
+// the one write that needs their room (measured: `cairn bench transitions`, ten steps of
+// 200-byte outputs, went from 1.8 artifact messages a transition to none), and that write,
+// a failure's or a commit's, still fits.
 
 // MaxKeptError bounds the last_error a verified step keeps, in bytes: the note of an earlier
 // failure, kept short.
@@ -132,9 +138,11 @@ func Room(r *Record) int {
 // with what writers other than the steps may still add (an approval, an undo, more command
 // ids): the room a command's effect must leave. Unlike Room it does not count the steps after
 // the current one: each of them checks its own room (StepRoom) before any outside effect, so
-// a rerun or a resume --after-fix of a whole run is not refused for what they may write.
+// a rerun or a resume --after-fix of a whole run is not refused for what they may write. The
+// verified steps' inline outputs count as objects, as StepRoom's.
 func CommandRoom(r *Record) int {
 	p := projection(r)
+	lent(p)
 	var ahead []string
 	if c := p.Current(); c != "" && p.Index(c) >= 0 {
 		ahead = []string{c}
@@ -144,7 +152,8 @@ func CommandRoom(r *Record) int {
 
 // StepRoom is what is left once step commits with its outputs as objects, fails and is
 // handed over: the step's own writes, the steps after it and other writers not counted, the
-// verified steps' diagnostics given up (as Fit would). A step checks it before any outside
+// verified steps' diagnostics given up (as Fit would) and their inline outputs moved out (as
+// a Store WithMover does). A step checks it before any outside
 // effect: negative means the record could not take what the step would write.
 func StepRoom(r *Record, step string) int {
 	if n, ok := stepRoomBySize(r, step); ok {
@@ -164,6 +173,7 @@ func stepRoomProjected(r *Record, step string) int {
 			}
 		}
 	}
+	lent(p)
 	if p.Index(step) < 0 {
 		return room(p, nil, false)
 	}
@@ -203,7 +213,7 @@ func stepRoomBySize(r *Record, step string) (int, bool) {
 			continue // one step, changed once
 		}
 		s := r.Step(name)
-		if name != current && (s.Status != Verified || s.LastError == nil && s.ParkedArtifact == nil) {
+		if name != current && (s.Status != Verified || s.LastError == nil && s.ParkedArtifact == nil && !movable(r.RunID, name, s.Output)) {
 			continue // unchanged (when in, current is step)
 		}
 		old, p := *s, *s
@@ -211,6 +221,9 @@ func stepRoomBySize(r *Record, step string) (int, bool) {
 			p.LastError = nil
 			if p.ParkedArtifact != nil {
 				p.Parked = []Parked{}
+			}
+			if movable(r.RunID, name, p.Output) {
+				p.Output = objectPointer(r.RunID, len(name))
 			}
 		}
 		if in && name == step {
@@ -528,18 +541,75 @@ func CutText(text string, limit int) string {
 
 func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 
-// encodeFit encodes r for a write: as Encode, but a record over MaxSize first gives up its
-// diagnostics (Fit).
-func encodeFit(r *Record, sg *identity.Signer) ([]byte, error) {
-	b, err := encode(r, sg)
+// encodeFit encodes r for a write: as Encode, but a record over MaxSize first has its
+// verified steps' inline outputs moved to the artifact store, the largest first, while it
+// is over (when the store has a mover: nothing is lost, a pointer takes an output's place),
+// and then gives up its diagnostics (Fit).
+func (s *Store) encodeFit(ctx context.Context, r *Record) ([]byte, error) {
+	b, err := encode(r, s.signer)
 	var big *tooLarge
 	if err == nil || !asTooLarge(err, &big) {
 		return b, err
 	}
+	if s.mover != nil {
+		if err := moveOut(ctx, r, s.mover); err != nil {
+			return nil, err
+		}
+	}
 	if ferr := Fit(r); ferr != nil {
 		return nil, ferr
 	}
-	return encode(r, sg)
+	return encode(r, s.signer)
+}
+
+// moveOut moves r's verified steps' inline outputs to the artifact store with m, the
+// largest first (the earliest of equal ones), until r is at most MaxSize or none is inline.
+func moveOut(ctx context.Context, r *Record, m Mover) error {
+	for {
+		if n, err := Size(r); err != nil || n <= MaxSize {
+			return err
+		}
+		var name string
+		var best *Output
+		for _, s := range r.Pipeline {
+			st := r.Step(s)
+			if st.Status == Verified && movable(r.RunID, s, st.Output) && (best == nil || len(st.Output.Inline) > len(best.Inline)) {
+				name, best = s, st.Output
+			}
+		}
+		if best == nil {
+			return nil
+		}
+		o, err := m(ctx, r.RunID, name, best.Inline)
+		if err != nil {
+			return fmt.Errorf("moving step %s's inline output of %q to the artifact store for room: %w", name, r.RunID, err)
+		}
+		if o == nil || o.Object == "" || o.Digest != best.Digest {
+			return fmt.Errorf("moving step %s's inline output of %q: the artifact store gave back no object of digest %s", name, r.RunID, best.Digest)
+		}
+		r.Step(name).Output = o
+	}
+}
+
+// lent turns p's verified steps' inline outputs into the pointers a move would give them
+// (of the longest names): the room they take is lent, for a write that needs it moves them.
+func lent(p *Record) {
+	for _, s := range p.Pipeline {
+		if st := p.Step(s); st.Status == Verified && movable(p.RunID, s, st.Output) {
+			st.Output = objectPointer(p.RunID, len(s))
+		}
+	}
+}
+
+// movable: an inline output longer than the pointer a move would give it, which a write may
+// move to the artifact store for room; a shorter one stays, as moving it would give nothing
+// back. The two differ by the inline value and its size's digits against the object's name
+// (objectPointer's, the longest the artifact store gives) and the longest size: the digest
+// and the keys are as long in both. The comparison needs no encoding: the projections and
+// moveOut only need to agree on it, and a pointer never takes more than the projection says.
+func movable(runID, step string, o *Output) bool {
+	return o != nil && len(o.Inline) > 0 &&
+		len(o.Inline)+intLen(int(o.Size)) > len(`""`)+len(runID)+len(step)+objectNameLen+intLen(bigSize)
 }
 
 // tooLarge is the error Encode returns for a record over MaxSize, with its size.

@@ -1,11 +1,16 @@
 package kvcheckpoint_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/pkg/artifacts"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
 
@@ -214,4 +219,107 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// An inline output is room lent: a record whose verified steps keep 600-byte outputs inline
+// leaves the next step its room (StepRoom counts them as objects), a write that fits moves
+// nothing, and the failure and handover that do not fit move the largest outputs to the
+// artifact store, as few as it takes, so the failing step's error is kept in full. A store
+// without a mover gives up that diagnostic instead.
+func TestAWriteMovesInlineOutputsOnlyWhenItMustFit(t *testing.T) {
+	f := setup(t)
+	ctx := testContext(t)
+	obj, err := f.js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "cairn-artifacts"})
+	if err != nil || obj == nil {
+		t.Fatal(err)
+	}
+	art, err := artifacts.Open(ctx, f.js, "cairn-artifacts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var moves atomic.Int32
+	mover := func(ctx context.Context, runID, step string, b []byte) (*kc.Output, error) {
+		moves.Add(1)
+		return art.SaveObject(ctx, runID, step, b)
+	}
+	full := func(runID string) *kc.Record {
+		r := newRecord(runID)
+		r.Epoch = testEpoch
+		for _, name := range pipeline[:6] {
+			out, err := art.Save(ctx, runID, name, []byte(`{"step":"`+name+`","pad":"`+strings.Repeat("p", 610)+`"}`))
+			if err != nil || len(out.Inline) == 0 {
+				t.Fatalf("output of %s: %+v, %v; want it inline", name, out, err)
+			}
+			s := r.Step(name)
+			s.Status, s.Output, s.Token, s.Attempts = kc.Verified, out, kc.Ptr(uint64(40)), 1
+			s.StartedAt, s.FinishedAt = kc.Ptr("2026-10-13T22:00:04.123456789Z"), kc.Ptr("2026-10-13T22:00:05.123456789Z")
+			s.Versions.Code = kc.Ptr("v0.1.0")
+		}
+		return r
+	}
+	for _, moving := range []bool{true, false} {
+		runID := map[bool]string{true: "run-lent", false: "run-no-mover"}[moving]
+		moves.Store(0)
+		store := f.store
+		if moving {
+			store = f.store.Moving(mover)
+		}
+		r := full(runID)
+		if n, _ := kc.Size(r); n > kc.MaxSize || n < kc.MaxSize-700 {
+			t.Fatalf("the record is %d bytes: it must fit, and be within a failure of %d", n, kc.MaxSize)
+		}
+		if room := kc.StepRoom(r, "update-stock"); room < 0 {
+			t.Fatalf("StepRoom(update-stock) = %d: the inline outputs are not counted as room lent", room)
+		}
+		if _, err := store.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := store.Mutate(ctx, runID, func(n *kc.Record) error {
+			n.Step("update-stock").Status = kc.InProgress
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if got := moves.Load(); got != 0 {
+			t.Fatalf("a write that fits moved %d outputs", got)
+		}
+		cause := strings.Repeat("the stock API said no; ", 40)
+		_, _, err := store.Mutate(ctx, runID, func(n *kc.Record) error {
+			failLong(n, "update-stock")
+			n.Step("update-stock").SetLastError(cause)
+			return nil
+		})
+		stored, _ := f.load(t, runID)
+		if !moving {
+			if err == nil && *stored.Step("update-stock").LastError == cause[:kc.MaxLastError] {
+				t.Fatal("without a mover the failure fit in full: the test proves nothing")
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("the failure write was refused: %v", err)
+		}
+		if e := stored.Step("update-stock").LastError; stored.Status != kc.HandedOver || e == nil || *e != cause[:kc.MaxLastError] {
+			t.Fatalf("stored: status %s, error %v; want handed over with the error in full", stored.Status, e)
+		}
+		var objects []string
+		for _, name := range pipeline[:6] {
+			o, want := stored.Step(name).Output, r.Step(name).Output
+			if o.Digest != want.Digest || o.Size != want.Size {
+				t.Fatalf("%s's output is %+v, want digest %s", name, o, want.Digest)
+			}
+			if o.Object == "" {
+				continue
+			}
+			objects = append(objects, name)
+			b, err := art.Load(ctx, o)
+			if err != nil || string(b) != string(want.Inline) {
+				t.Fatalf("%s's moved output reads back %q, %v", name, b, err)
+			}
+		}
+		if len(objects) == 0 || len(objects) == 6 || int(moves.Load()) != len(objects) {
+			t.Fatalf("moved %v (%d moves); want the fewest that make room, not all", objects, moves.Load())
+		}
+		t.Logf("moved %v to fit the failure", objects)
+	}
 }

@@ -46,7 +46,7 @@ func (s *Store) Take(ctx context.Context, rec *Record, rev uint64, owner Owner, 
 		prepare(next)
 	}
 	s.stamp(rec, next)
-	b, err := encodeFit(next, s.signer)
+	b, err := s.encodeFit(ctx, next)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +95,7 @@ func (h *Holder) Write(ctx context.Context, fn func(r *Record) error) error {
 			next.Lease.WriteID = writeID()
 		}
 		h.store.stamp(h.rec, next)
-		b, err := encodeFit(next, h.store.signer)
+		b, err := h.store.encodeFit(ctx, next)
 		if err != nil {
 			return err
 		}

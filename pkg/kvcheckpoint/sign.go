@@ -160,7 +160,7 @@ func WithRoles(ro Roles) Option { return func(s *Store) { s.roles = ro } }
 // signs what it writes as sg: one per service of a process.
 func (s *Store) As(sg *identity.Signer) *Store {
 	c := &Store{nc: s.nc, kv: s.kv, bucket: s.bucket, epoch: s.epoch, now: s.now, api: s.api, steps: s.steps,
-		conflicts: s.conflicts, written: s.written, signer: sg, ring: s.ring, roles: s.roles}
+		conflicts: s.conflicts, written: s.written, signer: sg, ring: s.ring, roles: s.roles, mover: s.mover}
 	return c
 }
 

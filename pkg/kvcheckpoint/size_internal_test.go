@@ -218,7 +218,9 @@ func TestRoomsOnACheapCopy(t *testing.T) {
 		if c := r.Current(); c != "" && r.Index(c) >= 0 {
 			current = []string{c}
 		}
-		if got, want := CommandRoom(r), room(r.Clone(), current, true)-slack; got != want {
+		lentCopy := r.Clone()
+		lent(lentCopy)
+		if got, want := CommandRoom(r), room(lentCopy, current, true)-slack; got != want {
 			t.Fatalf("record %d: CommandRoom %d, on a deep copy %d", i, got, want)
 		}
 		for _, step := range append(slices.Clone(r.Pipeline), "") {
@@ -231,6 +233,7 @@ func TestRoomsOnACheapCopy(t *testing.T) {
 					}
 				}
 			}
+			lent(d)
 			var one []string
 			if d.Index(step) >= 0 {
 				one = []string{step}
@@ -336,4 +339,20 @@ func stepRoomBySizeOn(t *testing.T, rng *rand.Rand, records int) {
 		t.Fatal("no record measured by size")
 	}
 	t.Logf("%d rooms measured by size", fast)
+}
+
+// movable holds an inline output to the pointer a move gives it: one it calls movable is
+// longer than that pointer as the record writes it, and one it keeps is not longer.
+func TestMovableIsLongerThanItsPointer(t *testing.T) {
+	for _, n := range []int{2, 40, 100, 120, 140, 160, 180, 200, 1024} {
+		for _, run := range []string{"r", strings.Repeat("r", 64)} {
+			inline := []byte(`"` + strings.Repeat("x", n-2) + `"`)
+			o := &Output{Inline: inline, Digest: "SHA-256=" + strings.Repeat("A", 43) + "=", Size: int64(n)}
+			ptr := objectPointer(run, len("step"))
+			longer := OutputSize(o) > OutputSize(ptr)
+			if got := movable(run, "step", o); got != longer {
+				t.Errorf("%d bytes inline, run id of %d: movable %t, but inline %d bytes against a pointer of %d", n, len(run), got, OutputSize(o), OutputSize(ptr))
+			}
+		}
+	}
 }

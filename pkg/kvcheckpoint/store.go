@@ -37,6 +37,7 @@ type Store struct {
 	signer *identity.Signer // nil: records are written unsigned
 	ring   *identity.Ring   // nil: records read are not checked (sign.go)
 	roles  Roles
+	mover  Mover // nil: a write over MaxSize only gives up diagnostics (Fit)
 
 	// Shared by the stores As makes of this one.
 	conflicts *atomic.Int64
@@ -60,6 +61,28 @@ func WithClock(now func() time.Time) Option {
 func WithPipeline(steps []string) Option {
 	return func(s *Store) { s.steps = slices.Clone(steps) }
 }
+
+// Mover stores an inline output's bytes as an object of the artifact store (the same bytes,
+// digest and size, under the step that made it) and returns its pointer. Storing the same
+// bytes again returns the same pointer.
+type Mover func(ctx context.Context, runID, step string, inline []byte) (*Output, error)
+
+// WithMover lets the store's writes move the verified steps' inline outputs to the artifact
+// store when a record would exceed MaxSize (the budget's promise counts them as movable: see
+// budget.go). Every store that writes records whose steps keep outputs inline needs one.
+func WithMover(m Mover) Option {
+	return func(s *Store) { s.mover = m }
+}
+
+// Moving is s, its writes moving inline outputs with m when a record would exceed MaxSize.
+func (s *Store) Moving(m Mover) *Store {
+	c := s.As(s.signer)
+	c.mover = m
+	return c
+}
+
+// Moves reports whether the store's writes move inline outputs for room (WithMover).
+func (s *Store) Moves() bool { return s.mover != nil }
 
 // Open looks up the bucket and its epoch. The bucket must exist (cairn init creates it).
 func Open(ctx context.Context, js jetstream.JetStream, bucket string, opts ...Option) (*Store, error) {
@@ -197,7 +220,7 @@ func (s *Store) MutateFrom(ctx context.Context, cur *Record, rev uint64, runID s
 			return cur, rev, err
 		}
 		s.stamp(cur, next)
-		b, err := encodeFit(next, s.signer)
+		b, err := s.encodeFit(ctx, next)
 		if err != nil {
 			return nil, 0, err
 		}

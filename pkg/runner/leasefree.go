@@ -17,13 +17,7 @@ import (
 // revision it read; on a conflict it re-reads, and a verified step means another did it.
 func (r *Runner) runLeaseFree(ctx context.Context, m jetstream.Msg, ready events.StepReady, rec *kc.Record, rev uint64, redelivered bool) settleFunc {
 	if kc.StepRoom(rec, r.cfg.StepName) < 0 {
-		return r.noRoom(ctx, rec, rev, func() settleFunc {
-			cur, crev, err := r.cfg.Store.Load(ctx, rec.RunID)
-			if err != nil {
-				return nakAfter(time.Second)
-			}
-			return r.runLeaseFree(ctx, m, ready, cur, crev, redelivered)
-		})
+		return r.noRoom(ctx, rec)
 	}
 	restart := redelivered && !failuresRecorded(m, rec.Step(r.cfg.StepName))
 	a := r.newAttempt(rec, rev, restart)

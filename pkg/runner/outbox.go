@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -67,6 +68,7 @@ type Withdrawable struct {
 // the compensator) then cancels a message still waiting for the sender, and for one that may
 // have gone queues its withdrawal, sent once by its key however often the undo is repeated.
 func (a *Attempt) QueueWithdrawable(ctx context.Context, ws ...Withdrawable) error {
+	ws = slices.Clone(ws) // the caller's slice is left as it was
 	for i := range ws {
 		ws[i].Withdrawal.Kind = cmp.Or(ws[i].Withdrawal.Kind, "withdraw")
 	}

@@ -98,13 +98,12 @@ func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.Step
 		s.Versions = versions
 	}
 	// Before anything the step does: the record must have room for its commit and a failure.
-	retry := func() settleFunc { return r.attempt(ctx, m, ready, redelivered, 0) }
 	if !r.roomFor(rec, rev, step, prepare) {
-		return r.noRoom(ctx, rec, rev, retry)
+		return r.noRoom(ctx, rec)
 	}
 	h, err := r.cfg.Store.Take(ctx, rec, rev, r.owner, step, prepare)
 	if errors.Is(err, kc.ErrTooLarge) {
-		return r.noRoom(ctx, rec, rev, retry)
+		return r.noRoom(ctx, rec)
 	}
 	if errors.Is(err, kc.ErrConflict) {
 		if remembered { // the record had moved on since this process wrote it: read it
@@ -283,11 +282,8 @@ type outputs struct {
 	output, snapshot, parked *kc.Output
 	listed                   int
 	fingerprint              string
-	// moved are the earlier steps' inline outputs the commit moves to the artifact store
-	// for room (fitOutputs), by step.
-	moved   map[string]*kc.Output
-	open    int
-	counted bool // open is a count (see countIntents)
+	open                     int
+	counted                  bool // open is a count (see countIntents)
 }
 
 func (r *Runner) saveOutputs(ctx context.Context, a *Attempt, res *Result) (outputs, error) {
@@ -321,7 +317,6 @@ func (r *Runner) saveOutputs(ctx context.Context, a *Attempt, res *Result) (outp
 }
 
 func (r *Runner) applyCommit(n *kc.Record, a *Attempt, res *Result, o outputs) {
-	moveOutputs(n, o.moved)
 	s := n.Step(a.Step)
 	finished := r.stamp()
 	token := a.Token.Value

@@ -166,6 +166,11 @@ func New(c Config) (*Runner, error) {
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("step runner %q: %w", c.StepName, err)
 	}
+	if !c.Store.Moves() {
+		// The budget counts inline outputs as room lent (kvcheckpoint, "The record's
+		// budget"): a write that needs it moves them to the artifact store first.
+		c.Store = c.Store.Moving(c.Artifacts.SaveObject)
+	}
 	def, _ := c.Pipeline.Step(c.StepName)
 	owner := lease.NewOwner(c.Space, c.Service)
 	r := &Runner{

@@ -66,7 +66,8 @@ func TestApproveWithALongByIsRejected(t *testing.T) {
 
 // A command whose effect would leave its run's record no room is refused before it is
 // written, and the record stays writable: here a resume (with a legal 64-byte id) of a
-// record so full that, once resumed, no worker could take its lease.
+// record so full (of what no move to the artifact store gives back) that, once resumed, no
+// worker could take its lease.
 func TestCommandThatWouldNotFitIsRejected(t *testing.T) {
 	f := setup(t)
 	s := f.supervisor(t)
@@ -77,7 +78,9 @@ func TestCommandThatWouldNotFitIsRejected(t *testing.T) {
 		r.Status = kc.HandedOver
 		a := r.Step("a")
 		a.Status = kc.Verified
-		a.Output = &kc.Output{Inline: []byte(`"` + strings.Repeat("o", pad) + `"`), Digest: "SHA-256=x", Size: int64(pad + 2)}
+		// A parked list the record holds alone (no artifact): room no move gives back, as
+		// an inline output's would be (room lent: kvcheckpoint).
+		a.Parked, a.ParkedCount = []kc.Parked{{Item: strings.Repeat("o", pad), Reason: "unreadable"}}, 1
 		return r
 	}
 	leased := func(r *kc.Record) int {
@@ -114,6 +117,33 @@ func TestCommandThatWouldNotFitIsRejected(t *testing.T) {
 			t.Fatalf("the record is wedged: %v", err)
 		}
 		t.Fatalf("taking the lease: %v", err)
+	}
+	f.settled(t)
+}
+
+// A resume of a record as full as that, but of an inline output, goes through: the output's
+// room is lent (kvcheckpoint), for the write that needs it moves the output out.
+func TestCommandIsNotRefusedForAnInlineOutputsRoom(t *testing.T) {
+	f := setup(t)
+	s := f.supervisor(t)
+	r := kc.New("r1", ldh, abc.Names(), "2026-10-13T22:00:00Z")
+	r.Status = kc.HandedOver
+	a := r.Step("a")
+	a.Status = kc.Verified
+	pad := 6500
+	a.Output = &kc.Output{Inline: []byte(`"` + strings.Repeat("o", pad) + `"`), Digest: "SHA-256=x", Size: int64(pad + 2)}
+	if kc.CommandRoom(r) < 0 {
+		t.Fatalf("CommandRoom %d: the inline output is not counted as room lent", kc.CommandRoom(r))
+	}
+	f.create(t, "r1", func(n *kc.Record) { *n = *r })
+	id := strings.Repeat("i", 64)
+	f.command(t, s, events.RunSubject("r1", events.VerbResume), `{"request_id":"`+id+`"}`)
+	rec, _ := f.load(t, "r1")
+	if rec.Status != kc.Running || !rec.HasRequest(id) {
+		t.Fatalf("status %s, request recorded %t: want the run resumed", rec.Status, rec.HasRequest(id))
+	}
+	if rej := f.rejections(t); len(rej) != 0 {
+		t.Fatalf("rejections %+v, want none", rej)
 	}
 	f.settled(t)
 }
