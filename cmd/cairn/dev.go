@@ -86,8 +86,12 @@ func cmdDev(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	if err := assets.Ensure(ctx, js, c.Assets()); err != nil {
+	changed, err := assets.EnsureReport(ctx, js, c.Assets())
+	if err != nil {
 		return err
+	}
+	for _, ch := range changed { // a consumer reset after a crash, a limit lifted
+		fmt.Fprintln(os.Stderr, "cairn dev: updated "+ch)
 	}
 	if _, err := service.RegisterKeys(ctx, js, c, service.Services()...); err != nil {
 		return err

@@ -383,6 +383,9 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, want Consumer, 
 	if err != nil {
 		return fmt.Errorf("looking up consumer %s on %s: %w", name, want.Stream, err)
 	}
+	if reset, err := resetIfAhead(ctx, js, want, c.CachedInfo(), create, changed); reset || err != nil {
+		return err
+	}
 	got := c.CachedInfo().Config
 	var diffs []error
 	diff := func(field string, g, w any) {
@@ -437,4 +440,39 @@ func newEpoch() string {
 		panic("assets: no randomness: " + err.Error())
 	}
 	return hex.EncodeToString(b[:])
+}
+
+// resetIfAhead resets a consumer that has delivered beyond its stream's last message: a
+// server killed before it wrote its latest messages kept the consumer's state of them (a
+// delivery is recorded apart from the message), and such a consumer delivers no message the
+// stream stores under those sequences again, a step's event republished after the crash
+// included, so its runs would wait until their stall timeout. Ensure deletes it and creates
+// it again as defined: every message its stream still holds is delivered again from the first
+// (a step's runner acks one whose step is done, after reading the record). Check reports it.
+func resetIfAhead(ctx context.Context, js jetstream.JetStream, want Consumer, info *jetstream.ConsumerInfo, create bool, changed *[]string) (bool, error) {
+	name := want.Config.Durable
+	s, err := js.Stream(ctx, want.Stream)
+	if err != nil {
+		return false, fmt.Errorf("looking up stream %s: %w", want.Stream, err)
+	}
+	last := s.CachedInfo().State.LastSeq
+	if info.Delivered.Stream <= last {
+		return false, nil
+	}
+	ahead := fmt.Errorf("consumer %s on %s has delivered up to stream sequence %d, beyond the stream's last %d: the server lost its latest messages in a crash and kept the consumer's state of them, so the consumer would skip what the stream stores under those sequences again (run cairn init to reset it): %w",
+		name, want.Stream, info.Delivered.Stream, last, ErrMismatch)
+	if !create {
+		return true, ahead
+	}
+	if err := js.DeleteConsumer(ctx, want.Stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return true, fmt.Errorf("resetting consumer %s on %s: %w", name, want.Stream, errors.Join(ahead, err))
+	}
+	if _, err := js.CreateConsumer(ctx, want.Stream, want.Config); err != nil {
+		return true, fmt.Errorf("resetting consumer %s on %s: %w", name, want.Stream, errors.Join(ahead, err))
+	}
+	if changed != nil {
+		*changed = append(*changed, fmt.Sprintf("consumer %s on %s reset: it had delivered up to stream sequence %d, beyond the stream's last %d (messages lost in a server crash); the %d messages the stream holds are delivered again",
+			name, want.Stream, info.Delivered.Stream, last, s.CachedInfo().State.Msgs))
+	}
+	return true, nil
 }
