@@ -156,7 +156,13 @@ func CommandRoom(r *Record) int {
 // a Store WithMover does). A step checks it before any outside
 // effect: negative means the record could not take what the step would write.
 func StepRoom(r *Record, step string) int {
-	if n, ok := stepRoomBySize(r, step); ok {
+	return StepRoomSized(r, step, 0)
+}
+
+// StepRoomSized is StepRoom of a record whose Size is known (a Store's LoadSized gives it for
+// a record this store wrote), without encoding the record again; size 0 is unknown.
+func StepRoomSized(r *Record, step string, size int) int {
+	if n, ok := stepRoomBySize(r, step, size); ok {
 		return n
 	}
 	return stepRoomProjected(r, step)
@@ -189,13 +195,16 @@ func stepRoomProjected(r *Record, step string) int {
 // steps' projected values are made by the same project and grow. ok false when the record
 // takes the general path (canonicalRecord gives up): StepRoom then projects. A test holds
 // it to stepRoomProjected exactly.
-func stepRoomBySize(r *Record, step string) (int, bool) {
+func stepRoomBySize(r *Record, step string, size int) (int, bool) {
 	c := getCanonical()
 	defer putCanonical(c)
-	if !c.canonicalRecord(r) {
-		return 0, false
+	n := size
+	if n <= 0 {
+		if !c.canonicalRecord(r) {
+			return 0, false
+		}
+		n = c.storedLen(sumLen) + signatureRoom
 	}
-	n := c.storedLen(sumLen) + signatureRoom
 	longest := len("undo")
 	for _, s := range r.Pipeline {
 		longest = max(longest, len(s))
@@ -213,8 +222,15 @@ func stepRoomBySize(r *Record, step string) (int, bool) {
 			continue // one step, changed once
 		}
 		s := r.Step(name)
-		if name != current && (s.Status != Verified || s.LastError == nil && s.ParkedArtifact == nil && !movable(r.RunID, name, s.Output)) {
+		lend := s.Status == Verified && movable(r.RunID, name, s.Output)
+		if name != current && (s.Status != Verified || s.LastError == nil && s.ParkedArtifact == nil && !lend) {
 			continue // unchanged (when in, current is step)
+		}
+		if name != current && s.LastError == nil && s.ParkedArtifact == nil {
+			// A verified step whose inline output alone is lent: the pointer's length for the
+			// output's, the rest unchanged.
+			n += pointerLen(r.RunID, name) - c.outputLen(s.Output)
+			continue
 		}
 		old, p := *s, *s
 		if s.Status == Verified {
@@ -545,21 +561,22 @@ func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 // verified steps' inline outputs moved to the artifact store, the largest first, while it
 // is over (when the store has a mover: nothing is lost, a pointer takes an output's place),
 // and then gives up its diagnostics (Fit).
-func (s *Store) encodeFit(ctx context.Context, r *Record) ([]byte, error) {
-	b, err := encode(r, s.signer)
+// It returns r's Size as encodeSized does.
+func (s *Store) encodeFit(ctx context.Context, r *Record) ([]byte, int, error) {
+	b, size, err := encodeSized(r, s.signer)
 	var big *tooLarge
 	if err == nil || !asTooLarge(err, &big) {
-		return b, err
+		return b, size, err
 	}
 	if s.mover != nil {
 		if err := moveOut(ctx, r, s.mover); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	if ferr := Fit(r); ferr != nil {
-		return nil, ferr
+		return nil, 0, ferr
 	}
-	return encode(r, s.signer)
+	return encodeSized(r, s.signer)
 }
 
 // moveOut moves r's verified steps' inline outputs to the artifact store with m, the
@@ -599,6 +616,12 @@ func lent(p *Record) {
 			st.Output = objectPointer(p.RunID, len(s))
 		}
 	}
+}
+
+// pointerLen is the written length of objectPointer(runID, len(step)), without making it:
+// {"digest":"…","object":"…","size":…} of its digest, name and size.
+func pointerLen(runID, step string) int {
+	return len(`{"digest":"","object":"","size":}`) + digestLen + len(runID) + len(step) + objectNameLen + intLen(bigSize)
 }
 
 // movable: an inline output longer than the pointer a move would give it, which a write may

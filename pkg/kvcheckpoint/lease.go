@@ -46,7 +46,7 @@ func (s *Store) Take(ctx context.Context, rec *Record, rev uint64, owner Owner, 
 		prepare(next)
 	}
 	s.stamp(rec, next)
-	b, err := s.encodeFit(ctx, next)
+	b, _, err := s.encodeFit(ctx, next)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +95,7 @@ func (h *Holder) Write(ctx context.Context, fn func(r *Record) error) error {
 			next.Lease.WriteID = writeID()
 		}
 		h.store.stamp(h.rec, next)
-		b, err := h.store.encodeFit(ctx, next)
+		b, size, err := h.store.encodeFit(ctx, next)
 		if err != nil {
 			return err
 		}
@@ -105,7 +105,7 @@ func (h *Holder) Write(ctx context.Context, fn func(r *Record) error) error {
 		if err == nil {
 			h.rec, h.rev = next, newRev
 			if next.Lease == nil { // a release: it may schedule the next step
-				h.store.written.put(h.runID, newRev, next)
+				h.store.written.put(h.runID, newRev, next, size)
 			}
 			return nil
 		}

@@ -321,9 +321,23 @@ func stepRoomBySizeOn(t *testing.T, rng *rand.Rand, records int) {
 		if rng.IntN(50) == 0 {
 			r.Pipeline = nil
 		}
+		// The size a write reports (encodeSized, as the store remembers it) is the written
+		// record's Size, and measures the same room.
+		written := r.Clone()
+		_, size, encErr := encodeSized(written, nil)
+		if encErr == nil && size > 0 {
+			if n, _ := Size(written); n != size {
+				t.Fatalf("record %d: written with size %d, Size %d", i, size, n)
+			}
+		}
 		for _, step := range append(slices.Clone(r.Pipeline), "", "not-a-step") {
 			want := stepRoomProjected(r, step)
-			got, ok := stepRoomBySize(r, step)
+			if encErr == nil && size > 0 {
+				if got := StepRoomSized(written, step, size); got != want {
+					t.Fatalf("record %d: StepRoomSized(%q) %d, projected %d", i, step, got, want)
+				}
+			}
+			got, ok := stepRoomBySize(r, step, 0)
 			if ok {
 				fast++
 				if got != want {
@@ -349,6 +363,9 @@ func TestMovableIsLongerThanItsPointer(t *testing.T) {
 			inline := []byte(`"` + strings.Repeat("x", n-2) + `"`)
 			o := &Output{Inline: inline, Digest: "SHA-256=" + strings.Repeat("A", 43) + "=", Size: int64(n)}
 			ptr := objectPointer(run, len("step"))
+			if got, want := pointerLen(run, "step"), OutputSize(ptr); got != want {
+				t.Fatalf("pointerLen %d, the pointer's written length %d", got, want)
+			}
 			longer := OutputSize(o) > OutputSize(ptr)
 			if got := movable(run, "step", o); got != longer {
 				t.Errorf("%d bytes inline, run id of %d: movable %t, but inline %d bytes against a pointer of %d", n, len(run), got, OutputSize(o), OutputSize(ptr))

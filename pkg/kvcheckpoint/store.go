@@ -123,7 +123,7 @@ func (s *Store) KV() jetstream.KeyValue { return s.kv }
 func (s *Store) Create(ctx context.Context, r *Record) (uint64, error) {
 	s.stamp(nil, r)
 	r.Epoch = s.epoch
-	b, err := encode(r, s.signer)
+	b, size, err := encodeSized(r, s.signer)
 	if err != nil {
 		return 0, err
 	}
@@ -134,7 +134,7 @@ func (s *Store) Create(ctx context.Context, r *Record) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("creating checkpoint %q: %w", r.RunID, err)
 	}
-	s.written.put(r.RunID, rev, r)
+	s.written.put(r.RunID, rev, r, size)
 	return rev, nil
 }
 
@@ -220,7 +220,7 @@ func (s *Store) MutateFrom(ctx context.Context, cur *Record, rev uint64, runID s
 			return cur, rev, err
 		}
 		s.stamp(cur, next)
-		b, err := s.encodeFit(ctx, next)
+		b, size, err := s.encodeFit(ctx, next)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -228,7 +228,7 @@ func (s *Store) MutateFrom(ctx context.Context, cur *Record, rev uint64, runID s
 		newRev, err := s.kv.Update(wctx, runID, b, rev)
 		cancel()
 		if err == nil {
-			s.written.put(runID, newRev, next)
+			s.written.put(runID, newRev, next, size)
 			return next, newRev, nil
 		}
 		if !s.retryable(err) {

@@ -28,13 +28,27 @@ func Encode(r *Record) ([]byte, error) { return encode(r, nil) }
 
 // encode is Encode, signed by sg when it is not nil.
 func encode(r *Record, sg *identity.Signer) ([]byte, error) {
+	b, _, err := encodeSized(r, sg)
+	return b, err
+}
+
+// encodeSized is encode, and r's Size as it was written when the straight writer took it (0
+// otherwise): what StepRoomSized needs to measure r's room without encoding it again.
+func encodeSized(r *Record, sg *identity.Signer) ([]byte, int, error) {
 	r.Sum, r.Sig = "", nil
 	c := getCanonical()
 	defer putCanonical(c)
 	if c.canonicalRecord(r) {
+		size := c.storedLen(sumLen) + signatureRoom
 		r.Sum = digest(c.out)
-		return checkSize(r, c.stored(r.Sum, sign(r, sg)))
+		b, err := checkSize(r, c.stored(r.Sum, sign(r, sg)))
+		return b, size, err
 	}
+	b, err := encodeGeneral(r, sg)
+	return b, 0, err
+}
+
+func encodeGeneral(r *Record, sg *identity.Signer) ([]byte, error) {
 	raw, err := json.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("encoding checkpoint %q: %w", r.RunID, err)

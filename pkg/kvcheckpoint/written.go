@@ -16,12 +16,13 @@ type written struct {
 }
 
 type writtenRecord struct {
-	rev uint64
-	rec *Record
+	rev  uint64
+	rec  *Record
+	size int // rec's Size as written (0: unknown)
 }
 
-// put remembers rec (a copy) as the run's record at rev.
-func (w *written) put(runID string, rev uint64, rec *Record) {
+// put remembers rec (a copy) as the run's record at rev, of Size size (0: unknown).
+func (w *written) put(runID string, rev uint64, rec *Record, size int) {
 	c := rec.Clone()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -35,20 +36,21 @@ func (w *written) put(runID string, rev uint64, rec *Record) {
 		}
 	}
 	if old, ok := w.m[runID]; !ok || old.rev < rev {
-		w.m[runID] = writtenRecord{rev: rev, rec: c}
+		w.m[runID] = writtenRecord{rev: rev, rec: c, size: size}
 	}
 }
 
-// take returns and forgets the run's record at rev, if that is the one remembered.
-func (w *written) take(runID string, rev uint64) (*Record, bool) {
+// take returns and forgets the run's record at rev and its size, if that is the one
+// remembered.
+func (w *written) take(runID string, rev uint64) (*Record, int, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	e, ok := w.m[runID]
 	if !ok || e.rev != rev {
-		return nil, false
+		return nil, 0, false
 	}
 	delete(w.m, runID)
-	return e.rec, true
+	return e.rec, e.size, true
 }
 
 // LoadAt returns the run's record at revision rev without reading it when this store wrote
@@ -59,11 +61,19 @@ func (w *written) take(runID string, rev uint64) (*Record, bool) {
 // Every write is a compare-and-set, so a write based on it is refused and re-reads; use it
 // only where that is so (a step's first read: a lease take, a lease-free commit).
 func (s *Store) LoadAt(ctx context.Context, runID string, rev uint64) (rec *Record, at uint64, remembered bool, err error) {
+	rec, at, remembered, _, err = s.LoadSized(ctx, runID, rev)
+	return rec, at, remembered, err
+}
+
+// LoadSized is LoadAt, and the record's Size when it is a remembered one this store wrote
+// (0 otherwise): StepRoomSized measures its room with it, without encoding it again. The
+// size is the record's as returned, before any change made to it.
+func (s *Store) LoadSized(ctx context.Context, runID string, rev uint64) (rec *Record, at uint64, remembered bool, size int, err error) {
 	if rev != 0 {
-		if r, ok := s.written.take(runID, rev); ok {
-			return r, rev, true, nil
+		if r, n, ok := s.written.take(runID, rev); ok {
+			return r, rev, true, n, nil
 		}
 	}
 	rec, at, err = s.Load(ctx, runID)
-	return rec, at, false, err
+	return rec, at, false, 0, err
 }

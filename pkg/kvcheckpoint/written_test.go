@@ -77,3 +77,33 @@ func TestLoadAtStaleRecordIsNotWrittenBlindly(t *testing.T) {
 		t.Errorf("after the write: restarts %d, requests %v; want 7 and the other store's cancel-1", got.Restarts, got.Requests)
 	}
 }
+
+// LoadSized gives a remembered record's Size as written, so its room is measured without
+// encoding it again: the same room as StepRoom's; a record read from the bucket has no size.
+func TestLoadSizedKnowsTheWrittenSize(t *testing.T) {
+	f := setup(t)
+	ctx := testContext(t)
+	f.created(t, "r1")
+	_, rev, err := f.store.MutateFrom(ctx, nil, 0, "r1", func(r *kc.Record) error {
+		r.Step("fetch").Status = kc.Verified
+		r.Step("fetch").Output = &kc.Output{Inline: []byte(`{"a":"b"}`), Digest: "SHA-256=x", Size: 9}
+		r.NextAction = "run step extract"
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, remembered, size, err := f.store.LoadSized(ctx, "r1", rev)
+	if err != nil || !remembered {
+		t.Fatalf("LoadSized: remembered %t, %v", remembered, err)
+	}
+	if n, _ := kc.Size(got); size != n {
+		t.Fatalf("LoadSized size %d, Size of the record %d", size, n)
+	}
+	if a, b := kc.StepRoomSized(got, "extract", size), kc.StepRoom(got, "extract"); a != b {
+		t.Fatalf("StepRoomSized %d, StepRoom %d", a, b)
+	}
+	if _, _, remembered, size, err := f.store.LoadSized(ctx, "r1", rev); err != nil || remembered || size != 0 {
+		t.Fatalf("LoadSized again: remembered %t, size %d, %v; want read from the bucket, no size", remembered, size, err)
+	}
+}

@@ -25,7 +25,7 @@ func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.Step
 	// 2. Load and check sum and epoch. A record this process wrote at the revision that
 	// scheduled the event is not read back: every write below is a compare-and-set on
 	// its revision, so a newer record refuses it and is read then.
-	rec, rev, remembered, err := r.cfg.Store.LoadAt(ctx, run, scheduled)
+	rec, rev, remembered, size, err := r.cfg.Store.LoadSized(ctx, run, scheduled)
 	switch {
 	case errors.Is(err, kc.ErrNotFound):
 		return func(m jetstream.Msg) {
@@ -56,13 +56,13 @@ func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.Step
 			r.publishNextIfIdle(ctx, auth, arev)
 			return ack
 		}
-		rec, rev = auth, arev
+		rec, rev, size = auth, arev, 0
 	}
 	if rec.Status != kc.Running || !rec.EarlierVerified(step) {
 		return ack
 	}
 	if !r.def.Leased {
-		return r.runLeaseFree(ctx, m, ready, rec, rev, redelivered)
+		return r.runLeaseFree(ctx, m, ready, rec, rev, size, redelivered)
 	}
 	if rec.Lease != nil {
 		r.takeOver(ctx, run, *rec.Lease)
