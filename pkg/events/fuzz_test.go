@@ -2,6 +2,7 @@ package events
 
 import (
 	"bytes"
+	"reflect"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -41,6 +42,12 @@ func FuzzDecode(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, headers string, body []byte) {
 		m := &nats.Msg{Subject: AuditSubject("r"), Header: parseHeaders(headers), Data: body}
+		// The direct codec reads only what the sdk reads the same way (direct.go).
+		if got, ok := decodeDirect(m, false); ok {
+			if sdk, err := decodeSDK(m, false); err != nil || !reflect.DeepEqual(got, sdk) {
+				t.Fatalf("decodeDirect read %+v from %q; the sdk %+v, %v", got, wire(m), sdk, err)
+			}
+		}
 		if e, err := Decode(m); err == nil {
 			again := reencode(t, m.Subject, e, Decode)
 			sameEvent(t, again, e)
