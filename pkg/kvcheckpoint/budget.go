@@ -34,7 +34,7 @@ import (
 // before any outside effect and hands the run over rather than do what its commit could not
 // record. [CommandRoom] counts the inline outputs as objects too. An inline output is room
 // lent, not spent: a write that would exceed MaxSize first moves the verified steps' inline
-// outputs to the artifact store, the largest first, while it is over (a Store WithMover: a
+// outputs to the artifact store, the largest first, while it is over (a Store Moving them: a
 // pointer of the same digest takes the output's place, nothing is lost), then gives up
 // diagnostics ([Fit]): last_error texts, then parked lists that an artifact holds in full.
 // So outputs stay inline, and a run's transitions store nothing but their commits, until
@@ -153,7 +153,7 @@ func CommandRoom(r *Record) int {
 // StepRoom is what is left once step commits with its outputs as objects, fails and is
 // handed over: the step's own writes, the steps after it and other writers not counted, the
 // verified steps' diagnostics given up (as Fit would) and their inline outputs moved out (as
-// a Store WithMover does). A step checks it before any outside
+// a Store Moving them does). A step checks it before any outside
 // effect: negative means the record could not take what the step would write.
 func StepRoom(r *Record, step string) int {
 	return StepRoomSized(r, step, 0)

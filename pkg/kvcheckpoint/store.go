@@ -37,7 +37,7 @@ type Store struct {
 	signer *identity.Signer // nil: records are written unsigned
 	ring   *identity.Ring   // nil: records read are not checked (sign.go)
 	roles  Roles
-	mover  Mover // nil: a write over MaxSize only gives up diagnostics (Fit)
+	mover  Mover // nil: a write over MaxSize only gives up diagnostics (Fit); see Moving
 
 	// Shared by the stores As makes of this one.
 	conflicts *atomic.Int64
@@ -67,21 +67,16 @@ func WithPipeline(steps []string) Option {
 // bytes again returns the same pointer.
 type Mover func(ctx context.Context, runID, step string, inline []byte) (*Output, error)
 
-// WithMover lets the store's writes move the verified steps' inline outputs to the artifact
-// store when a record would exceed MaxSize (the budget's promise counts them as movable: see
+// Moving is s, its writes moving the verified steps' inline outputs to the artifact store
+// with m when a record would exceed MaxSize (the budget's promise counts them as movable: see
 // budget.go). Every store that writes records whose steps keep outputs inline needs one.
-func WithMover(m Mover) Option {
-	return func(s *Store) { s.mover = m }
-}
-
-// Moving is s, its writes moving inline outputs with m when a record would exceed MaxSize.
 func (s *Store) Moving(m Mover) *Store {
 	c := s.As(s.signer)
 	c.mover = m
 	return c
 }
 
-// Moves reports whether the store's writes move inline outputs for room (WithMover).
+// Moves reports whether the store's writes move inline outputs for room (Moving).
 func (s *Store) Moves() bool { return s.mover != nil }
 
 // Open looks up the bucket and its epoch. The bucket must exist (cairn init creates it).

@@ -17,10 +17,9 @@ import (
 //     the verified steps' inline outputs as objects), and the write that needs their room
 //     moves them to the artifact store itself (the Store's mover, which New installs);
 //   - a commit keeps an inline snapshot while kc.Room of the committed record stays ≥ 0,
-//     short of that it moves the snapshot, then inline outputs, the earlier steps' too, to
-//     the artifact store in the commit itself; it lists parked items only while the next
-//     step keeps its room (fitOutputs), decided from the record the commit is applied to, so
-//     the same record always gets the same choice;
+//     short of that it moves the snapshot to the artifact store in the commit itself; it
+//     lists parked items only while the next step keeps its room (fitOutputs), decided from
+//     the record the commit is applied to, so the same record always gets the same choice;
 //   - before a step does anything (before its lease, so before any outside effect) it checks
 //     that the record, with its lease, its commit and a failure, fits (roomFor); a record
 //     without that room is handed over, with nothing done (noRoom);
