@@ -159,7 +159,7 @@ func StepRoom(r *Record, step string) int {
 	return StepRoomSized(r, step, 0)
 }
 
-// StepRoomSized is StepRoom of a record whose Size is known (a Store's LoadSized gives it for
+// StepRoomSized is StepRoom of a record whose Size is known (a Store's LoadAt gives it for
 // a record this store wrote), without encoding the record again; size 0 is unknown.
 func StepRoomSized(r *Record, step string, size int) int {
 	if n, ok := stepRoomBySize(r, step, size); ok {

@@ -55,20 +55,14 @@ func (w *written) take(runID string, rev uint64) (*Record, int, bool) {
 
 // LoadAt returns the run's record at revision rev without reading it when this store wrote
 // that revision itself: a step that a commit of this process scheduled (its event names
-// the revision). Otherwise it loads the latest record, as Load. remembered says which.
+// the revision). Otherwise it loads the latest record, as Load. remembered says which; size
+// is a remembered record's Size as written (0 otherwise), which StepRoomSized measures its
+// room with, without encoding it again (the record's as returned, before any change to it).
 //
 // A remembered record may be older than the latest, when another process wrote after it.
 // Every write is a compare-and-set, so a write based on it is refused and re-reads; use it
 // only where that is so (a step's first read: a lease take, a lease-free commit).
-func (s *Store) LoadAt(ctx context.Context, runID string, rev uint64) (rec *Record, at uint64, remembered bool, err error) {
-	rec, at, remembered, _, err = s.LoadSized(ctx, runID, rev)
-	return rec, at, remembered, err
-}
-
-// LoadSized is LoadAt, and the record's Size when it is a remembered one this store wrote
-// (0 otherwise): StepRoomSized measures its room with it, without encoding it again. The
-// size is the record's as returned, before any change made to it.
-func (s *Store) LoadSized(ctx context.Context, runID string, rev uint64) (rec *Record, at uint64, remembered bool, size int, err error) {
+func (s *Store) LoadAt(ctx context.Context, runID string, rev uint64) (rec *Record, at uint64, remembered bool, size int, err error) {
 	if rev != 0 {
 		if r, n, ok := s.written.take(runID, rev); ok {
 			return r, rev, true, n, nil

@@ -19,7 +19,7 @@ func TestLoadAt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, at, remembered, err := f.store.LoadAt(ctx, "r1", rev2)
+	got, at, remembered, _, err := f.store.LoadAt(ctx, "r1", rev2)
 	if err != nil || !remembered || at != rev2 || got.NextAction != "mine" {
 		t.Fatalf("LoadAt(rev %d) = %q at %d, remembered %t, %v; want mine, remembered", rev2, got.NextAction, at, remembered, err)
 	}
@@ -27,11 +27,11 @@ func TestLoadAt(t *testing.T) {
 		t.Error("LoadAt returned the very record MutateFrom returned, not a copy")
 	}
 	// Taken once: the same revision again is read.
-	if _, _, remembered, err := f.store.LoadAt(ctx, "r1", rev2); err != nil || remembered {
+	if _, _, remembered, _, err := f.store.LoadAt(ctx, "r1", rev2); err != nil || remembered {
 		t.Errorf("LoadAt the second time: remembered %t (%v), want a read", remembered, err)
 	}
 	// An older revision is read, and so is the latest when another store wrote it.
-	if _, at, remembered, _ := f.store.LoadAt(ctx, "r1", rev); remembered || at != rev2 {
+	if _, at, remembered, _, _ := f.store.LoadAt(ctx, "r1", rev); remembered || at != rev2 {
 		t.Errorf("LoadAt(old rev %d) = at %d remembered %t; want the latest (%d), read", rev, at, remembered, rev2)
 	}
 	other, err := kc.Open(ctx, f.js, kc.Bucket)
@@ -42,7 +42,7 @@ func TestLoadAt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, at, remembered, err = f.store.LoadAt(ctx, "r1", rev3)
+	got, at, remembered, _, err = f.store.LoadAt(ctx, "r1", rev3)
 	if err != nil || remembered || at != rev3 || got.NextAction != "theirs" {
 		t.Errorf("LoadAt(%d) after another store's write = %q at %d, remembered %t, %v", rev3, got.NextAction, at, remembered, err)
 	}
@@ -65,7 +65,7 @@ func TestLoadAtStaleRecordIsNotWrittenBlindly(t *testing.T) {
 	if _, _, err := other.Mutate(ctx, "r1", func(r *kc.Record) error { r.AddRequest("cancel-1"); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	stale, at, remembered, err := f.store.LoadAt(ctx, "r1", rev)
+	stale, at, remembered, _, err := f.store.LoadAt(ctx, "r1", rev)
 	if err != nil || !remembered {
 		t.Fatalf("LoadAt: remembered %t, %v", remembered, err)
 	}
@@ -78,9 +78,9 @@ func TestLoadAtStaleRecordIsNotWrittenBlindly(t *testing.T) {
 	}
 }
 
-// LoadSized gives a remembered record's Size as written, so its room is measured without
+// LoadAt gives a remembered record's Size as written, so its room is measured without
 // encoding it again: the same room as StepRoom's; a record read from the bucket has no size.
-func TestLoadSizedKnowsTheWrittenSize(t *testing.T) {
+func TestLoadAtKnowsTheWrittenSize(t *testing.T) {
 	f := setup(t)
 	ctx := testContext(t)
 	f.created(t, "r1")
@@ -93,17 +93,17 @@ func TestLoadSizedKnowsTheWrittenSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, _, remembered, size, err := f.store.LoadSized(ctx, "r1", rev)
+	got, _, remembered, size, err := f.store.LoadAt(ctx, "r1", rev)
 	if err != nil || !remembered {
-		t.Fatalf("LoadSized: remembered %t, %v", remembered, err)
+		t.Fatalf("LoadAt: remembered %t, %v", remembered, err)
 	}
 	if n, _ := kc.Size(got); size != n {
-		t.Fatalf("LoadSized size %d, Size of the record %d", size, n)
+		t.Fatalf("LoadAt size %d, Size of the record %d", size, n)
 	}
 	if a, b := kc.StepRoomSized(got, "extract", size), kc.StepRoom(got, "extract"); a != b {
 		t.Fatalf("StepRoomSized %d, StepRoom %d", a, b)
 	}
-	if _, _, remembered, size, err := f.store.LoadSized(ctx, "r1", rev); err != nil || remembered || size != 0 {
-		t.Fatalf("LoadSized again: remembered %t, size %d, %v; want read from the bucket, no size", remembered, size, err)
+	if _, _, remembered, size, err := f.store.LoadAt(ctx, "r1", rev); err != nil || remembered || size != 0 {
+		t.Fatalf("LoadAt again: remembered %t, size %d, %v; want read from the bucket, no size", remembered, size, err)
 	}
 }

@@ -15,7 +15,7 @@ import (
 
 // runLeaseFree runs a step that takes no lease: it commits with one compare-and-set on the
 // revision it read; on a conflict it re-reads, and a verified step means another did it.
-// size is rec's Size when the store knows it (kc.Store.LoadSized), else 0.
+// size is rec's Size when the store knows it (kc.Store.LoadAt), else 0.
 func (r *Runner) runLeaseFree(ctx context.Context, m jetstream.Msg, ready events.StepReady, rec *kc.Record, rev uint64, size int, redelivered bool) settleFunc {
 	if kc.StepRoomSized(rec, r.cfg.StepName, size) < 0 {
 		return r.noRoom(ctx, rec)

@@ -25,7 +25,7 @@ func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.Step
 	// 2. Load and check sum and epoch. A record this process wrote at the revision that
 	// scheduled the event is not read back: every write below is a compare-and-set on
 	// its revision, so a newer record refuses it and is read then.
-	rec, rev, remembered, size, err := r.cfg.Store.LoadSized(ctx, run, scheduled)
+	rec, rev, remembered, size, err := r.cfg.Store.LoadAt(ctx, run, scheduled)
 	switch {
 	case errors.Is(err, kc.ErrNotFound):
 		return func(m jetstream.Msg) {
