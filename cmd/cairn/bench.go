@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 
 	"github.com/cairnhq/cairn/internal/bench"
 )
@@ -97,6 +98,7 @@ func benchTransitions(ctx context.Context, args []string) error {
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	dir := fs.String("dir", "", "keep the servers' storage in this folder; default a temporary one")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the measured part (Cairn's, not the floor's) to this file")
+	tracefile := fs.String("trace", "", "write an execution trace (runtime/trace) of the measured part (Cairn's, not the floor's) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -113,6 +115,20 @@ func benchTransitions(ctx context.Context, args []string) error {
 				return func() {}
 			}
 			return pprof.StopCPUProfile
+		}
+	}
+	if *tracefile != "" {
+		f, err := os.Create(*tracefile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		c.Profile = func() func() {
+			if err := trace.Start(f); err != nil {
+				fmt.Fprintln(os.Stderr, "cairn bench: trace:", err)
+				return func() {}
+			}
+			return trace.Stop
 		}
 	}
 	res, err := bench.Transitions(ctx, c)

@@ -20,6 +20,9 @@ func TestTransitionsSmall(t *testing.T) {
 	if res.FloorRecordSized.Transitions != 60 || res.CheckpointBytes == 0 {
 		t.Errorf("record-sized floor %+v, checkpoint %d bytes", res.FloorRecordSized, res.CheckpointBytes)
 	}
+	if res.OneWrite.Transitions != 60 || res.OneWrite.PerSecond <= 0 || res.GroupCommit.Transitions != 60 || res.GroupCommit.Batch < 1 {
+		t.Errorf("ceilings: one write %+v, group commit %+v", res.OneWrite, res.GroupCommit)
+	}
 }
 
 // On three servers clustered on loopback, Cairn's streams and the floor's have 3 replicas.
@@ -30,6 +33,9 @@ func TestTransitionsSmallCluster(t *testing.T) {
 	}
 	if res.Nodes != 3 || res.Transitions != 16 || res.PerSecond <= 0 || res.Floor.Transitions != 32 || res.Floor.PerSecond <= 0 {
 		t.Errorf("result %+v", res)
+	}
+	if res.OneWrite.Transitions != 16 || res.GroupCommit.Transitions != 16 || res.GroupCommit.Batch < 1 {
+		t.Errorf("ceilings: one write %+v, group commit %+v", res.OneWrite, res.GroupCommit)
 	}
 	// A lease-free step that changed nothing outside stores its commit in the record alone.
 	if res.Stored.AuditEvents != 0 || res.Stored.Checkpoints != 1.5 {

@@ -25,7 +25,25 @@ type FloorConfig struct {
 	ValueSizes []int
 	Dir        string
 	Timeout    time.Duration // default 10m
+	// Shape is what each transition writes: the floor's compare-and-set and publish (the
+	// default), or one of the ceilings.
+	Shape Shape
 }
+
+// Shape is what a transition of RawFloor writes.
+type Shape int
+
+const (
+	// CASAndPublish is the floor: a KV compare-and-set, then a synchronous publish.
+	CASAndPublish Shape = iota
+	// CASOnly is a KV compare-and-set alone: the most a design paying one synced write a
+	// transition (and doing nothing else) could reach on these servers.
+	CASOnly
+	// GroupCommit is a KV compare-and-set alone, the concurrent ones committed together: the
+	// waiting writes (up to C) go as one atomic batch, a single one as a plain update. It is
+	// what sharing syncs through the server's atomic batch publish could reach at most.
+	GroupCommit
+)
 
 // Floor is the raw JetStream floor: what a bare loop doing one KV compare-and-set plus one
 // synchronous publish per transition makes on the same server settings.
@@ -34,6 +52,8 @@ type Floor struct {
 	WallSeconds float64 `json:"wall_seconds"`
 	PerSecond   float64 `json:"transitions_per_second"`
 	CPUMicros   float64 `json:"cpu_us_per_transition"`
+	// Batch is the mean size of a group commit's batches, singles included (GroupCommit).
+	Batch float64 `json:"mean_batch,omitempty"`
 }
 
 // RawFloor runs the bare loop: C workers take runs in turn; a run creates its key, then for
@@ -77,6 +97,18 @@ func RawFloor(ctx context.Context, c FloorConfig) (Floor, error) {
 	if err != nil {
 		return f, fmt.Errorf("raw floor stream: %w", err)
 	}
+	write := func(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+		return kv.Update(ctx, key, value, rev)
+	}
+	var gc *groupCommitter
+	if c.Shape == GroupCommit {
+		if gc, err = newGroupCommitter(ctx, js, "floor", kv, c.Concurrency); err != nil {
+			return f, fmt.Errorf("raw floor bucket: %w", err)
+		}
+		go gc.loop()
+		defer gc.stop()
+		write = gc.update
+	}
 	value := []byte(`"` + strings.Repeat("x", max(c.ValueSize-2, 0)) + `"`)
 	values := make([][]byte, c.Steps+1)
 	for i := range values {
@@ -99,7 +131,7 @@ func RawFloor(ctx context.Context, c FloorConfig) (Floor, error) {
 				if i > int64(c.Runs) || ctx.Err() != nil {
 					return
 				}
-				if err := floorRun(ctx, js, kv, fmt.Sprintf("run-%06d", i), value, values); err != nil {
+				if err := floorRun(ctx, js, kv, write, c.Shape == CASAndPublish, fmt.Sprintf("run-%06d", i), value, values); err != nil {
 					once.Do(func() { failed = err; cancel() })
 					return
 				}
@@ -114,6 +146,9 @@ func RawFloor(ctx context.Context, c FloorConfig) (Floor, error) {
 	f.CPUMicros = float64((cpuTime() - cpu).Microseconds()) / float64(f.Transitions)
 	f.WallSeconds = took.Seconds()
 	f.PerSecond = float64(f.Transitions) / took.Seconds()
+	if gc != nil {
+		f.Batch = gc.meanBatch()
+	}
 	return f, nil
 }
 
@@ -129,14 +164,19 @@ func (f Floor) join(g Floor) Floor {
 	return j
 }
 
-func floorRun(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key string, msg []byte, values [][]byte) error {
+type writeFunc func(ctx context.Context, key string, value []byte, rev uint64) (uint64, error)
+
+func floorRun(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, write writeFunc, publish bool, key string, msg []byte, values [][]byte) error {
 	rev, err := kv.Create(ctx, key, values[0])
 	if err != nil {
 		return err
 	}
 	for s := 1; s < len(values); s++ {
-		if rev, err = kv.Update(ctx, key, values[s], rev); err != nil {
+		if rev, err = write(ctx, key, values[s], rev); err != nil {
 			return err
+		}
+		if !publish {
+			continue
 		}
 		if _, err := js.Publish(ctx, fmt.Sprintf("floor.s%02d.%s", s, key), msg); err != nil {
 			return err

@@ -30,6 +30,8 @@ func (r TransitionsResult) Table(w io.Writer) {
 		{"raw floor (KV CAS + sync publish)/s", fmt.Sprintf("%.0f (before %.0f, after %.0f)", r.Floor.PerSecond, r.FloorBefore.PerSecond, r.FloorAfter.PerSecond)},
 		{"ratio to the floor", fmt.Sprintf("%.2f", r.Ratio)},
 		{"floor with record-sized values/s", fmt.Sprintf("%.0f (ratio %.2f)", r.FloorRecordSized.PerSecond, safeRatio(r.PerSecond, r.FloorRecordSized.PerSecond))},
+		{"ceiling: one synced write (KV CAS alone)/s", fmt.Sprintf("%.0f (%.2f× the floor)", r.OneWrite.PerSecond, safeRatio(r.OneWrite.PerSecond, r.Floor.PerSecond))},
+		{"ceiling: group commit (atomic batches)/s", fmt.Sprintf("%.0f (%.2f× the floor; mean batch %.1f)", r.GroupCommit.PerSecond, safeRatio(r.GroupCommit.PerSecond, r.Floor.PerSecond), r.GroupCommit.Batch)},
 		{"CPU per transition (floor's)", fmt.Sprintf("%.0f µs (%.0f µs)", r.CPUMicros, r.Floor.CPUMicros)},
 		{"peak RSS (server and runners)", MiB(r.PeakRSSBytes)},
 		{"finished checkpoint", fmt.Sprintf("%d bytes", r.CheckpointBytes)},

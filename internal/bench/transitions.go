@@ -134,6 +134,12 @@ type TransitionsResult struct {
 	// FloorRecordSized is the floor with values the size of Cairn's record at each step
 	// (context: the targets are against Floor, whose values are OutputSize bytes).
 	FloorRecordSized Floor `json:"raw_floor_record_sized"`
+	// OneWrite and GroupCommit are ceilings, not floors, with record-sized values: a KV
+	// compare-and-set alone per transition, plain (the most a design paying one synced write a
+	// transition could reach) and committed in atomic batches of the concurrent ones (what
+	// sharing syncs that way could reach). They say which lever could pay on these servers.
+	OneWrite    Floor `json:"ceiling_one_write"`
+	GroupCommit Floor `json:"ceiling_group_commit"`
 	// Ratio is PerSecond over the floor's.
 	Ratio float64 `json:"ratio_to_floor"`
 }
@@ -189,6 +195,14 @@ func Transitions(ctx context.Context, c TransitionsConfig) (res TransitionsResul
 	}
 	fc.Dir = filepath.Join(dir, "floor-record-sized")
 	if res.FloorRecordSized, err = RawFloor(ctx, fc); err != nil {
+		return res, err
+	}
+	fc.Shape, fc.Dir = CASOnly, filepath.Join(dir, "ceiling-one-write")
+	if res.OneWrite, err = RawFloor(ctx, fc); err != nil {
+		return res, err
+	}
+	fc.Shape, fc.Dir = GroupCommit, filepath.Join(dir, "ceiling-group-commit")
+	if res.GroupCommit, err = RawFloor(ctx, fc); err != nil {
 		return res, err
 	}
 	return res, nil
