@@ -103,32 +103,33 @@ func benchTransitions(ctx context.Context, args []string) error {
 		return err
 	}
 	c := bench.TransitionsConfig{Runs: *runs, Concurrency: *conc, Steps: *steps, SyncAlways: *syncAlways, Cluster: *cluster, Dir: *dir}
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
+	for _, p := range []struct {
+		path, what string
+		start      func(io.Writer) error
+		stop       func()
+	}{
+		{*cpuprofile, "cpu profile", pprof.StartCPUProfile, pprof.StopCPUProfile},
+		{*tracefile, "trace", trace.Start, trace.Stop},
+	} {
+		if p.path == "" {
+			continue
+		}
+		f, err := os.Create(p.path)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
+		before := c.Profile // both flags: both run
 		c.Profile = func() func() {
-			if err := pprof.StartCPUProfile(f); err != nil {
-				fmt.Fprintln(os.Stderr, "cairn bench: cpu profile:", err)
-				return func() {}
+			stopBefore := func() {}
+			if before != nil {
+				stopBefore = before()
 			}
-			return pprof.StopCPUProfile
-		}
-	}
-	if *tracefile != "" {
-		f, err := os.Create(*tracefile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		c.Profile = func() func() {
-			if err := trace.Start(f); err != nil {
-				fmt.Fprintln(os.Stderr, "cairn bench: trace:", err)
-				return func() {}
+			if err := p.start(f); err != nil {
+				fmt.Fprintf(os.Stderr, "cairn bench: %s: %v\n", p.what, err)
+				return stopBefore
 			}
-			return trace.Stop
+			return func() { p.stop(); stopBefore() }
 		}
 	}
 	res, err := bench.Transitions(ctx, c)

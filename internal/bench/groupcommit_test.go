@@ -28,6 +28,32 @@ func groupBucket(t *testing.T) (jetstream.JetStream, jetstream.KeyValue) {
 	return js, kv
 }
 
+// created creates keys k0… with the value "new" and returns their revisions.
+func created(t *testing.T, kv jetstream.KeyValue, n int) []uint64 {
+	t.Helper()
+	revs := make([]uint64, n)
+	for i := range revs {
+		var err error
+		if revs[i], err = kv.Create(context.Background(), fmt.Sprintf("k%d", i), []byte("new")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return revs
+}
+
+// started is a committer whose first batch is the writes of queued, running until the test ends.
+func started(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue, revs []uint64) (*groupCommitter, []chan groupResult) {
+	t.Helper()
+	g, err := newGroupCommitter(context.Background(), js, "g", kv, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := queued(t, g, revs)
+	go g.loop()
+	t.Cleanup(g.stop)
+	return g, res
+}
+
 // queued puts n writes (key k0…, value v<i>) in the committer's queue before it runs, so that
 // its first batch takes them all; it returns their results' channels.
 func queued(t *testing.T, g *groupCommitter, revs []uint64) []chan groupResult {
@@ -44,20 +70,8 @@ func queued(t *testing.T, g *groupCommitter, revs []uint64) []chan groupResult {
 func TestGroupCommitOneBatchForTheWaitingWrites(t *testing.T) {
 	ctx := context.Background()
 	js, kv := groupBucket(t)
-	revs := make([]uint64, 5)
-	for i := range revs {
-		var err error
-		if revs[i], err = kv.Create(ctx, fmt.Sprintf("k%d", i), []byte("new")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	g, err := newGroupCommitter(ctx, js, "g", kv, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := queued(t, g, revs)
-	go g.loop()
-	defer g.stop()
+	revs := created(t, kv, 5)
+	g, res := started(t, js, kv, revs)
 	for i, c := range res {
 		r := <-c
 		if r.err != nil {
@@ -85,23 +99,11 @@ func TestGroupCommitOneBatchForTheWaitingWrites(t *testing.T) {
 func TestGroupCommitStaleExpectationRefusesTheBatch(t *testing.T) {
 	ctx := context.Background()
 	js, kv := groupBucket(t)
-	revs := make([]uint64, 3)
-	for i := range revs {
-		var err error
-		if revs[i], err = kv.Create(ctx, fmt.Sprintf("k%d", i), []byte("new")); err != nil {
-			t.Fatal(err)
-		}
-	}
+	revs := created(t, kv, 3)
 	if _, err := kv.Put(ctx, "k1", []byte("moved on")); err != nil {
 		t.Fatal(err)
 	}
-	g, err := newGroupCommitter(ctx, js, "g", kv, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := queued(t, g, revs)
-	go g.loop()
-	defer g.stop()
+	_, res := started(t, js, kv, revs)
 	for i, c := range res {
 		if r := <-c; r.err == nil || !strings.Contains(r.err.Error(), "refused") {
 			t.Errorf("write %d: %v, want the batch refused", i, r.err)
