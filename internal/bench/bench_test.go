@@ -34,8 +34,8 @@ func TestTransitionsSmallCluster(t *testing.T) {
 	if res.Nodes != 3 || res.Transitions != 16 || res.PerSecond <= 0 || res.Floor.Transitions != 32 || res.Floor.PerSecond <= 0 {
 		t.Errorf("result %+v", res)
 	}
-	if res.OneWrite.Transitions != 16 || res.GroupCommit.Transitions != 16 || res.GroupCommit.Batch < 1 {
-		t.Errorf("ceilings: one write %+v, group commit %+v", res.OneWrite, res.GroupCommit)
+	if res.OneWrite.Transitions != 0 || res.GroupCommit.Transitions != 0 {
+		t.Errorf("ceilings measured on three servers: one write %+v, group commit %+v", res.OneWrite, res.GroupCommit)
 	}
 	// A lease-free step that changed nothing outside stores its commit in the record alone.
 	if res.Stored.AuditEvents != 0 || res.Stored.Checkpoints != 1.5 {

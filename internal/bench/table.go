@@ -20,7 +20,7 @@ func (r TransitionsResult) Table(w io.Writer) {
 	if r.SyncAlways {
 		sync = "always (fsync before every ack)"
 	}
-	table(w, [][2]string{
+	rows := [][2]string{
 		{"runs × steps, in flight", fmt.Sprintf("%d × %d, %d", r.Runs, r.Steps, r.Concurrency)},
 		{"servers", servers(r.Nodes)},
 		{"server sync", sync},
@@ -30,15 +30,20 @@ func (r TransitionsResult) Table(w io.Writer) {
 		{"raw floor (KV CAS + sync publish)/s", fmt.Sprintf("%.0f (before %.0f, after %.0f)", r.Floor.PerSecond, r.FloorBefore.PerSecond, r.FloorAfter.PerSecond)},
 		{"ratio to the floor", fmt.Sprintf("%.2f", r.Ratio)},
 		{"floor with record-sized values/s", fmt.Sprintf("%.0f (ratio %.2f)", r.FloorRecordSized.PerSecond, safeRatio(r.PerSecond, r.FloorRecordSized.PerSecond))},
-		{"ceiling: one synced write (KV CAS alone)/s", fmt.Sprintf("%.0f (%.2f× the floor)", r.OneWrite.PerSecond, safeRatio(r.OneWrite.PerSecond, r.Floor.PerSecond))},
-		{"ceiling: group commit (atomic batches)/s", fmt.Sprintf("%.0f (%.2f× the floor; mean batch %.1f)", r.GroupCommit.PerSecond, safeRatio(r.GroupCommit.PerSecond, r.Floor.PerSecond), r.GroupCommit.Batch)},
 		{"CPU per transition (floor's)", fmt.Sprintf("%.0f µs (%.0f µs)", r.CPUMicros, r.Floor.CPUMicros)},
 		{"peak RSS (server and runners)", MiB(r.PeakRSSBytes)},
 		{"finished checkpoint", fmt.Sprintf("%d bytes", r.CheckpointBytes)},
 		{"checkpoint CAS conflicts", fmt.Sprint(r.Conflicts)},
 		{"stored per transition", fmt.Sprintf("%.2f checkpoints, %.2f step events, %.2f audit events, %.2f artifact messages",
 			r.Stored.Checkpoints, r.Stored.StepEvents, r.Stored.AuditEvents, r.Stored.ArtifactMessages)},
-	})
+	}
+	if r.OneWrite.Transitions > 0 { // one server only
+		rows = append(rows[:9:9], append([][2]string{
+			{"ceiling: one synced write (KV CAS alone)/s", fmt.Sprintf("%.0f (%.2f× the floor)", r.OneWrite.PerSecond, safeRatio(r.OneWrite.PerSecond, r.Floor.PerSecond))},
+			{"ceiling: group commit (atomic batches)/s", fmt.Sprintf("%.0f (%.2f× the floor; mean batch %.1f)", r.GroupCommit.PerSecond, safeRatio(r.GroupCommit.PerSecond, r.Floor.PerSecond), r.GroupCommit.Batch)},
+		}, rows[9:]...)...)
+	}
+	table(w, rows)
 }
 
 // Table prints the result for people.
