@@ -97,6 +97,18 @@ func RawFloor(ctx context.Context, c FloorConfig) (Floor, error) {
 	if err != nil {
 		return f, fmt.Errorf("raw floor stream: %w", err)
 	}
+	// A new replicated stream answers "no response from stream" until its leader is elected
+	// and serving: the floor starts once the bucket and the stream each took a write.
+	err = eventually(30*time.Second, func() error {
+		if _, err := kv.Put(ctx, "ready", nil); err != nil {
+			return fmt.Errorf("bucket: %w", err)
+		}
+		_, err := js.Publish(ctx, "floor.ready", nil)
+		return err
+	})
+	if err != nil {
+		return f, fmt.Errorf("raw floor not writable: %w", err)
+	}
 	write := func(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
 		return kv.Update(ctx, key, value, rev)
 	}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -240,3 +241,23 @@ func MiB(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
 // permanent is an error eventually does not retry.
 type permanent struct{ error }
+
+// streamsLed reports whether every stream has a leader: a stream created a moment ago on a
+// cluster answers "no response from stream" until its replicas elect one.
+func streamsLed(ctx context.Context, js jetstream.JetStream) error {
+	names := js.StreamNames(ctx)
+	for name := range names.Name() {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			return err
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.Cluster != nil && info.Cluster.Leader == "" {
+			return fmt.Errorf("stream %s has no leader yet", name)
+		}
+	}
+	return names.Err()
+}

@@ -258,6 +258,9 @@ func cairnTransitions(ctx context.Context, c TransitionsConfig, dir string, res 
 	if err != nil {
 		return err
 	}
+	if err := eventually(30*time.Second, func() error { return streamsLed(ctx, js) }); err != nil {
+		return err
+	}
 	// Every record signed by its writer and checked by its reader, as in a deployment.
 	signers, ring, err := benchSigners(def.Names())
 	if err != nil {
