@@ -95,6 +95,7 @@ func benchTransitions(ctx context.Context, args []string) error {
 	steps := fs.Int("steps", 10, "S: no-op steps a run")
 	syncAlways := fs.Bool("sync-always", false, "sync_interval: always (fsync every write before its ack)")
 	cluster := fs.Int("cluster", 1, "servers: 1, or 3 clustered on loopback with every stream and bucket at replicas 3 (the floor's too)")
+	separate := fs.Bool("separate", false, "a connection and a store per step runner, as one service per step: each step reads and checks the record its predecessor wrote")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	dir := fs.String("dir", "", "keep the servers' storage in this folder; default a temporary one")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the measured part (Cairn's, not the floor's) to this file")
@@ -102,7 +103,7 @@ func benchTransitions(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	c := bench.TransitionsConfig{Runs: *runs, Concurrency: *conc, Steps: *steps, SyncAlways: *syncAlways, Cluster: *cluster, Dir: *dir}
+	c := bench.TransitionsConfig{Runs: *runs, Concurrency: *conc, Steps: *steps, SyncAlways: *syncAlways, Cluster: *cluster, Separate: *separate, Dir: *dir}
 	for _, p := range []struct {
 		path, what string
 		start      func(io.Writer) error

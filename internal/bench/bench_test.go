@@ -25,6 +25,18 @@ func TestTransitionsSmall(t *testing.T) {
 	}
 }
 
+// With a connection and a store per step runner, every run still finishes with every step
+// verified once (checkRuns), each step reading the record its predecessor wrote.
+func TestTransitionsSmallSeparate(t *testing.T) {
+	res, err := Transitions(context.Background(), TransitionsConfig{Runs: 12, Concurrency: 4, Steps: 3, Separate: true, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Separate || res.Transitions != 36 || res.PerSecond <= 0 || res.Conflicts != 0 {
+		t.Errorf("result %+v", res)
+	}
+}
+
 // On three servers clustered on loopback, Cairn's streams and the floor's have 3 replicas.
 func TestTransitionsSmallCluster(t *testing.T) {
 	res, err := Transitions(context.Background(), TransitionsConfig{Runs: 8, Concurrency: 4, Steps: 2, Cluster: 3, Dir: t.TempDir()})

@@ -35,6 +35,8 @@ type Suite struct {
 
 	Transitions     []TransitionsResult `json:"transitions"`
 	TransitionsSync []TransitionsResult `json:"transitions_sync_always"`
+	// The same at default sync with a connection and a store per step runner (--separate).
+	TransitionsSeparate []TransitionsResult `json:"transitions_separate"`
 	// The same on three servers clustered on loopback, replicas 3.
 	TransitionsCluster     []TransitionsResult `json:"transitions_cluster_3"`
 	TransitionsClusterSync []TransitionsResult `json:"transitions_cluster_3_sync_always"`
@@ -84,6 +86,10 @@ func All(ctx context.Context, c SuiteConfig) (*Suite, error) {
 		}
 		if run(fmt.Sprintf("transitions_sync_always[%d]", i), &sync, "transitions", "--runs", "1000", "--concurrency", "16", "--steps", "10", "--sync-always") {
 			s.TransitionsSync = append(s.TransitionsSync, sync)
+		}
+		var sep TransitionsResult
+		if run(fmt.Sprintf("transitions_separate[%d]", i), &sep, "transitions", "--runs", "1000", "--concurrency", "16", "--steps", "10", "--separate") {
+			s.TransitionsSeparate = append(s.TransitionsSeparate, sep)
 		}
 	}
 	for i := range c.Repeat {
@@ -201,6 +207,17 @@ func (s *Suite) figures(c SuiteConfig) []Figure {
 			Measured: fmt.Sprintf("%.0f/s; raw floor %.0f/s; ratio %.2f× (%.2f× a floor writing record-sized values); %s (%s)",
 				rate, floor, ratio, sized, ceilings(ts), ofN(len(ts))),
 			Met: ratio >= 1.8, Command: "cairn bench transitions --runs 1000 --concurrency 16 --steps 10 --sync-always"})
+	}
+	if ts := s.TransitionsSeparate; len(ts) > 0 {
+		rate := medianOf(ts, func(t TransitionsResult) float64 { return t.PerSecond })
+		floor := medianOf(ts, func(t TransitionsResult) float64 { return t.Floor.PerSecond })
+		ratio := medianOf(ts, func(t TransitionsResult) float64 { return t.Ratio })
+		cpu := medianOf(ts, func(t TransitionsResult) float64 { return t.CPUMicros })
+		out = append(out, Figure{Name: "transitions/s, default sync, one service per step (a connection and a store each)",
+			Target: "measured beside its floor (no target)",
+			Measured: fmt.Sprintf("%.0f/s; raw floor %.0f/s; ratio %.0f%%; CPU %.0f µs a transition (%s)",
+				rate, floor, ratio*100, cpu, ofN(len(ts))),
+			Met: true, Command: "cairn bench transitions --runs 1000 --concurrency 16 --steps 10 --separate"})
 	}
 	for _, cl := range []struct {
 		ts   []TransitionsResult

@@ -23,6 +23,7 @@ func (r TransitionsResult) Table(w io.Writer) {
 	rows := [][2]string{
 		{"runs × steps, in flight", fmt.Sprintf("%d × %d, %d", r.Runs, r.Steps, r.Concurrency)},
 		{"servers", servers(r.Nodes)},
+		{"step runners", runnersShape(r.Separate)},
 		{"server sync", sync},
 		{"durable step transitions", fmt.Sprint(r.Transitions)},
 		{"wall time", fmt.Sprintf("%.3f s", r.WallSeconds)},
@@ -38,10 +39,10 @@ func (r TransitionsResult) Table(w io.Writer) {
 			r.Stored.Checkpoints, r.Stored.StepEvents, r.Stored.AuditEvents, r.Stored.ArtifactMessages)},
 	}
 	if r.OneWrite.Transitions > 0 { // one server only
-		rows = append(rows[:9:9], append([][2]string{
+		rows = append(rows[:10:10], append([][2]string{
 			{"ceiling: one synced write (KV CAS alone)/s", fmt.Sprintf("%.0f (%.2f× the floor)", r.OneWrite.PerSecond, safeRatio(r.OneWrite.PerSecond, r.Floor.PerSecond))},
 			{"ceiling: group commit (atomic batches)/s", fmt.Sprintf("%.0f (%.2f× the floor; mean batch %.1f)", r.GroupCommit.PerSecond, safeRatio(r.GroupCommit.PerSecond, r.Floor.PerSecond), r.GroupCommit.Batch)},
-		}, rows[9:]...)...)
+		}, rows[10:]...)...)
 	}
 	table(w, rows)
 }
@@ -102,4 +103,11 @@ func servers(n int) string {
 		return "1"
 	}
 	return fmt.Sprintf("%d clustered on loopback, replicas %d", n, n)
+}
+
+func runnersShape(separate bool) string {
+	if separate {
+		return "a connection and a store each (one service per step)"
+	}
+	return "one connection and store (one process hosting every step)"
 }

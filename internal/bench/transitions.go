@@ -31,6 +31,11 @@ type TransitionsConfig struct {
 	// stream, bucket and consumer with 3 replicas (the floor's too).
 	Cluster    int
 	OutputSize int // bytes of each step's output; default 200
+	// Separate gives each step runner a connection and a store of its own, as a deployment
+	// of one service per step: a step then reads the record its predecessor wrote, and
+	// checks its signature, where one process's runners share the record they remember
+	// writing (the default, as `cairn dev` and one process hosting every step).
+	Separate bool
 	// Dir holds the servers' storage; default a temporary folder, removed afterwards.
 	Dir     string
 	Timeout time.Duration // for each of the two measurements; default 10m
@@ -113,7 +118,8 @@ type TransitionsResult struct {
 	Concurrency int  `json:"concurrency"`
 	Steps       int  `json:"steps"`
 	SyncAlways  bool `json:"sync_always"`
-	Nodes       int  `json:"nodes"` // servers: 1, or 3 clustered (replicas 3)
+	Nodes       int  `json:"nodes"`              // servers: 1, or 3 clustered (replicas 3)
+	Separate    bool `json:"separate,omitempty"` // a connection and a store per step runner
 	// Transitions are the step commits measured: runs × steps.
 	Transitions int     `json:"transitions"`
 	WallSeconds float64 `json:"wall_seconds"`
@@ -160,7 +166,7 @@ type Stored struct {
 // runner, C runs in flight, then the raw floor with the same server settings.
 func Transitions(ctx context.Context, c TransitionsConfig) (res TransitionsResult, err error) {
 	c = c.withDefaults()
-	res = TransitionsResult{Runs: c.Runs, Concurrency: c.Concurrency, Steps: c.Steps, SyncAlways: c.SyncAlways, Nodes: c.Cluster, Transitions: c.Runs * c.Steps}
+	res = TransitionsResult{Runs: c.Runs, Concurrency: c.Concurrency, Steps: c.Steps, SyncAlways: c.SyncAlways, Nodes: c.Cluster, Separate: c.Separate, Transitions: c.Runs * c.Steps}
 	if err := c.validate(); err != nil {
 		return res, fmt.Errorf("bench transitions: %w", err)
 	}
@@ -266,20 +272,28 @@ func cairnTransitions(ctx context.Context, c TransitionsConfig, dir string, res 
 	if err != nil {
 		return err
 	}
-	store, err := kc.Open(ctx, js, assets.BucketRuns, kc.WithRing(ring), kc.WithRoles(kc.Roles{
-		Supervisor: "bench", StepService: func(step string) string { return "bench-" + step }}))
+	open := func(js jetstream.JetStream) (stepDeps, error) {
+		store, err := kc.Open(ctx, js, assets.BucketRuns, kc.WithRing(ring), kc.WithRoles(kc.Roles{
+			Supervisor: "bench", StepService: func(step string) string { return "bench-" + step }}))
+		if err != nil {
+			return stepDeps{}, err
+		}
+		art, err := artifacts.Open(ctx, js, assets.ObjectArtifacts)
+		if err != nil {
+			return stepDeps{}, err
+		}
+		handovers, err := js.KeyValue(ctx, assets.BucketHandovers)
+		if err != nil {
+			return stepDeps{}, err
+		}
+		return stepDeps{js: js, store: store, art: art, handovers: handovers}, nil
+	}
+	shared, err := open(js)
 	if err != nil {
 		return err
 	}
-	starter := store.As(signers["bench"])
-	art, err := artifacts.Open(ctx, js, assets.ObjectArtifacts)
-	if err != nil {
-		return err
-	}
-	handovers, err := js.KeyValue(ctx, assets.BucketHandovers)
-	if err != nil {
-		return err
-	}
+	starter := shared.store.As(signers["bench"])
+	stores := []*kc.Store{shared.store}
 
 	// C runs in flight: a slot is taken before a run starts and freed when its last step
 	// moves it to finishing.
@@ -300,8 +314,22 @@ func cairnTransitions(ctx context.Context, c TransitionsConfig, dir string, res 
 	var wg sync.WaitGroup
 	errc := make(chan error, len(def.Steps))
 	for _, s := range def.Steps {
+		d := shared
+		if c.Separate {
+			snc, sjs, err := connectURL(srvs.url(), "cairn-bench-"+s.Name)
+			if err != nil {
+				stopRunners()
+				return err
+			}
+			defer snc.Close()
+			if d, err = open(sjs); err != nil {
+				stopRunners()
+				return err
+			}
+			stores = append(stores, d.store)
+		}
 		r, err := runner.New(runner.Config{
-			JS: js, Store: store.As(signers["bench-"+s.Name]), Artifacts: art, Handovers: handovers, Pipeline: def, StepName: s.Name,
+			JS: d.js, Store: d.store.As(signers["bench-"+s.Name]), Artifacts: d.art, Handovers: d.handovers, Pipeline: def, StepName: s.Name,
 			Step: noop{size: c.OutputSize}, Service: "bench-" + s.Name, Concurrency: c.Concurrency,
 			Finishing: finishing, StopGrace: time.Second,
 		})
@@ -362,11 +390,13 @@ func cairnTransitions(ctx context.Context, c TransitionsConfig, dir string, res 
 	}
 	res.WallSeconds = took.Seconds()
 	res.PerSecond = float64(res.Transitions) / took.Seconds()
-	res.Conflicts = store.Conflicts()
+	for _, st := range stores {
+		res.Conflicts += st.Conflicts()
+	}
 	if res.Stored, err = stored(ctx, js, res.Transitions); err != nil {
 		return err
 	}
-	return checkRuns(ctx, store, c.Runs, def, res)
+	return checkRuns(ctx, shared.store, c.Runs, def, res)
 }
 
 // stored counts what the streams hold, written or since removed, per transition.
@@ -429,4 +459,13 @@ func benchSigners(steps []string) (map[string]*identity.Signer, *identity.Ring, 
 		out[name], pubs[name] = sg, sg.PublicKey()
 	}
 	return out, identity.NewRing(pubs, identity.Seal{}), nil
+}
+
+// stepDeps are what a step runner is given: its JetStream, the runs' store, the artifact
+// store and the handover notes, on one connection.
+type stepDeps struct {
+	js        jetstream.JetStream
+	store     *kc.Store
+	art       *artifacts.Store
+	handovers jetstream.KeyValue
 }
