@@ -8,9 +8,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -423,5 +425,91 @@ func TestSmallObjectAsPutStoresIt(t *testing.T) {
 	b, err := f.obj.GetBytes(ctx, out.Object)
 	if err != nil || !bytes.Equal(b, data) {
 		t.Errorf("Get: %d bytes (%v), want %d", len(b), err, len(data))
+	}
+}
+
+// A read goes on when the bucket's stream loses its leader, and with no leader at all: the
+// replicas still answer for what they hold. The client's Get, whose ordered consumer needs a
+// leader, waited out the read's deadline (2 minutes without one) in half the tries after a
+// leader stopped, and always with no leader.
+func TestReadAcrossALeaderStop(t *testing.T) {
+	t.Parallel()
+	srvs, js := natstest.Cluster(t)
+	ctx := t.Context()
+	var s *artifacts.Store
+	var out *kvcheckpoint.Output
+	data := bigJSON(300_000) // three chunks
+	waitFor(t, 30*time.Second, func() (err error) {
+		if _, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: bucket, Replicas: 3}); err != nil {
+			return err
+		}
+		if s, err = artifacts.Open(ctx, js, bucket); err != nil {
+			return err
+		}
+		out, err = s.Save(ctx, "run-1", "match", data)
+		return err
+	})
+	st, err := js.Stream(ctx, "OBJ_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every replica holds the object before any stops.
+	waitFor(t, 30*time.Second, func() error {
+		info, err := st.Info(ctx)
+		if err != nil {
+			return err
+		}
+		for _, r := range info.Cluster.Replicas {
+			if !r.Current || r.Lag > 0 {
+				return fmt.Errorf("replica %s lags by %d", r.Name, r.Lag)
+			}
+		}
+		return nil
+	})
+	stopped := map[string]bool{}
+	for _, what := range []string{"the leader stopped", "two of three stopped (no leader)"} {
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := info.Cluster.Leader
+		if stopped[name] || name == "" {
+			for _, srv := range srvs {
+				if !stopped[srv.Name()] && (name == "" || srv.Name() != name) {
+					name = srv.Name()
+					break
+				}
+			}
+		}
+		for _, srv := range srvs {
+			if srv.Name() == name {
+				srv.Shutdown()
+				stopped[name] = true
+			}
+		}
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		got, err := s.Load(rctx, out)
+		cancel()
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%s (%s): Load = %d bytes, %v; want the %d bytes saved", what, name, len(got), err, len(data))
+		}
+	}
+}
+
+// waitFor calls f until it returns nil, failing t at the deadline with f's last error.
+func waitFor(t *testing.T, within time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("within %s: %v", within, err)
+		}
+		<-tick.C
 	}
 }
