@@ -20,8 +20,8 @@ func TestTransitionsSmall(t *testing.T) {
 	if res.FloorRecordSized.Transitions != 60 || res.CheckpointBytes == 0 {
 		t.Errorf("record-sized floor %+v, checkpoint %d bytes", res.FloorRecordSized, res.CheckpointBytes)
 	}
-	if res.OneWrite.Transitions != 60 || res.OneWrite.PerSecond <= 0 || res.GroupCommit.Transitions != 60 || res.GroupCommit.Batch < 1 {
-		t.Errorf("ceilings: one write %+v, group commit %+v", res.OneWrite, res.GroupCommit)
+	if res.OneWrite.Transitions != 60 || res.OneWrite.PerSecond <= 0 || res.GroupCommit.Transitions != 60 || res.GroupCommit.Batch < 1 || res.Sharded.Transitions != 60 || res.Sharded.PerSecond <= 0 {
+		t.Errorf("ceilings: one write %+v, group commit %+v, sharded %+v", res.OneWrite, res.GroupCommit, res.Sharded)
 	}
 }
 
@@ -46,7 +46,7 @@ func TestTransitionsSmallCluster(t *testing.T) {
 	if res.Nodes != 3 || res.Transitions != 16 || res.PerSecond <= 0 || res.Floor.Transitions != 32 || res.Floor.PerSecond <= 0 {
 		t.Errorf("result %+v", res)
 	}
-	if res.OneWrite.Transitions != 0 || res.GroupCommit.Transitions != 0 {
+	if res.OneWrite.Transitions != 0 || res.GroupCommit.Transitions != 0 || res.Sharded.Transitions != 0 {
 		t.Errorf("ceilings measured on three servers: one write %+v, group commit %+v", res.OneWrite, res.GroupCommit)
 	}
 	// A lease-free step that changed nothing outside stores its commit in the record alone.

@@ -43,7 +43,15 @@ const (
 	// waiting writes (up to C) go as one atomic batch, a single one as a plain update. It is
 	// what sharing syncs through the server's atomic batch publish could reach at most.
 	GroupCommit
+	// CASSharded is a KV compare-and-set alone, the runs spread over Shards buckets (a run's
+	// key in one of them): the server syncs each stream's writes one after another, so this
+	// is what splitting the checkpoint bucket would reach, the disk syncing several streams
+	// at once.
+	CASSharded
 )
+
+// Shards is how many buckets CASSharded spreads the runs over.
+const Shards = 4
 
 // Floor is the raw JetStream floor: what a bare loop doing one KV compare-and-set plus one
 // synchronous publish per transition makes on the same server settings.
@@ -82,14 +90,25 @@ func RawFloor(ctx context.Context, c FloorConfig) (Floor, error) {
 		return f, err
 	}
 	defer nc.Close()
-	var kv jetstream.KeyValue
-	err = eventually(30*time.Second, func() (err error) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "floor", History: 16, Storage: jetstream.FileStorage, Replicas: c.Nodes})
-		return err
-	})
-	if err != nil {
-		return f, fmt.Errorf("raw floor bucket: %w", err)
+	buckets := 1
+	if c.Shape == CASSharded {
+		buckets = Shards
 	}
+	kvs := make([]jetstream.KeyValue, buckets)
+	for i := range kvs {
+		name := "floor"
+		if i > 0 {
+			name = fmt.Sprintf("floor-%d", i)
+		}
+		err = eventually(30*time.Second, func() (err error) {
+			kvs[i], err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, History: 16, Storage: jetstream.FileStorage, Replicas: c.Nodes})
+			return err
+		})
+		if err != nil {
+			return f, fmt.Errorf("raw floor bucket %s: %w", name, err)
+		}
+	}
+	kv := kvs[0]
 	err = eventually(30*time.Second, func() error {
 		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FLOOR", Subjects: []string{"floor.>"}, Storage: jetstream.FileStorage, Replicas: c.Nodes})
 		return err
@@ -142,6 +161,10 @@ func RawFloor(ctx context.Context, c FloorConfig) (Floor, error) {
 				i := next.Add(1)
 				if i > int64(c.Runs) || ctx.Err() != nil {
 					return
+				}
+				kv, write := kvs[int(i)%len(kvs)], write
+				if c.Shape == CASSharded {
+					write = kv.Update
 				}
 				if err := floorRun(ctx, js, kv, write, c.Shape == CASAndPublish, fmt.Sprintf("run-%06d", i), value, values); err != nil {
 					once.Do(func() { failed = err; cancel() })

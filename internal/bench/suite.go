@@ -174,12 +174,14 @@ func medianOf[T any](xs []T, f func(T) float64) float64 {
 const mib = 1 << 20
 
 // ceilings says, as medians against the floor of the same run, what one synced write a
-// transition and a group commit of the concurrent writes could reach at most.
+// transition, a group commit of the concurrent writes and one synced write to one of Shards
+// buckets could reach at most.
 func ceilings(ts []TransitionsResult) string {
 	one := medianOf(ts, func(t TransitionsResult) float64 { return safeRatio(t.OneWrite.PerSecond, t.Floor.PerSecond) })
 	group := medianOf(ts, func(t TransitionsResult) float64 { return safeRatio(t.GroupCommit.PerSecond, t.Floor.PerSecond) })
 	batch := medianOf(ts, func(t TransitionsResult) float64 { return t.GroupCommit.Batch })
-	return fmt.Sprintf("ceilings: one synced write %.2f×, group commit %.2f× (mean batch %.1f)", one, group, batch)
+	sharded := medianOf(ts, func(t TransitionsResult) float64 { return safeRatio(t.Sharded.PerSecond, t.Floor.PerSecond) })
+	return fmt.Sprintf("ceilings: one synced write %.2f×, group commit %.2f× (mean batch %.1f), one synced write to one of %d buckets %.2f×", one, group, batch, Shards, sharded)
 }
 
 func (s *Suite) figures(c SuiteConfig) []Figure {

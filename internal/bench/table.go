@@ -42,6 +42,7 @@ func (r TransitionsResult) Table(w io.Writer) {
 		rows = append(rows[:10:10], append([][2]string{
 			{"ceiling: one synced write (KV CAS alone)/s", fmt.Sprintf("%.0f (%.2f× the floor)", r.OneWrite.PerSecond, safeRatio(r.OneWrite.PerSecond, r.Floor.PerSecond))},
 			{"ceiling: group commit (atomic batches)/s", fmt.Sprintf("%.0f (%.2f× the floor; mean batch %.1f)", r.GroupCommit.PerSecond, safeRatio(r.GroupCommit.PerSecond, r.Floor.PerSecond), r.GroupCommit.Batch)},
+			{fmt.Sprintf("ceiling: one synced write, %d buckets/s", Shards), fmt.Sprintf("%.0f (%.2f× the floor)", r.Sharded.PerSecond, safeRatio(r.Sharded.PerSecond, r.Floor.PerSecond))},
 		}, rows[10:]...)...)
 	}
 	table(w, rows)

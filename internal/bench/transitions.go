@@ -140,13 +140,16 @@ type TransitionsResult struct {
 	// FloorRecordSized is the floor with values the size of Cairn's record at each step
 	// (context: the targets are against Floor, whose values are OutputSize bytes).
 	FloorRecordSized Floor `json:"raw_floor_record_sized"`
-	// OneWrite and GroupCommit are ceilings, not floors, with record-sized values: a KV
-	// compare-and-set alone per transition, plain (the most a design paying one synced write a
-	// transition could reach) and committed in atomic batches of the concurrent ones (what
-	// sharing syncs that way could reach). They say which lever could pay on these servers.
-	// Measured on one server only.
+	// OneWrite, GroupCommit and Sharded are ceilings, not floors, with record-sized values:
+	// a KV compare-and-set alone per transition, plain (the most a design paying one synced
+	// write a transition to one bucket could reach), committed in atomic batches of the
+	// concurrent ones (what sharing syncs that way could reach), and spread over Shards
+	// buckets (what splitting the checkpoint bucket could reach: the server syncs a stream's
+	// writes one after another, the disk several streams' at once). They say which lever
+	// could pay on these servers. Measured on one server only.
 	OneWrite    Floor `json:"ceiling_one_write"`
 	GroupCommit Floor `json:"ceiling_group_commit"`
+	Sharded     Floor `json:"ceiling_sharded"`
 	// Ratio is PerSecond over the floor's.
 	Ratio float64 `json:"ratio_to_floor"`
 }
@@ -215,6 +218,10 @@ func Transitions(ctx context.Context, c TransitionsConfig) (res TransitionsResul
 	}
 	fc.Shape, fc.Dir = GroupCommit, filepath.Join(dir, "ceiling-group-commit")
 	if res.GroupCommit, err = RawFloor(ctx, fc); err != nil {
+		return res, err
+	}
+	fc.Shape, fc.Dir = CASSharded, filepath.Join(dir, "ceiling-sharded")
+	if res.Sharded, err = RawFloor(ctx, fc); err != nil {
 		return res, err
 	}
 	return res, nil
