@@ -31,7 +31,14 @@ func JetStream(t testing.TB) jetstream.JetStream {
 	if !s.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server not ready")
 	}
-	nc, err := nats.Connect(s.ClientURL())
+	return connect(t, s.ClientURL())
+}
+
+// connect returns a JetStream handle on a connection to addr (a comma-separated list for a
+// cluster), closed when t ends.
+func connect(t testing.TB, addr string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(addr)
 	if err != nil {
 		t.Fatalf("connecting: %v", err)
 	}
@@ -88,16 +95,7 @@ func Cluster(t testing.TB) ([]*server.Server, jetstream.JetStream) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	nc, err := nats.Connect(strings.Join(urls, ","))
-	if err != nil {
-		t.Fatalf("connecting: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatalf("jetstream: %v", err)
-	}
-	return srvs, js
+	return srvs, connect(t, strings.Join(urls, ","))
 }
 
 func metaLed(srvs []*server.Server) bool {
