@@ -211,6 +211,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	defer stopAnswering()
 	cons, err := r.cfg.JS.Consumer(ctx, r.cfg.Space.Stream(assets.StreamSteps), r.cfg.StepName)
+	if err != nil && ctx.Err() != nil {
+		return nil // stopped before it took any work: a clean stop
+	}
 	if err != nil {
 		return fmt.Errorf("looking up consumer %q: %w", r.cfg.StepName, err)
 	}

@@ -99,3 +99,18 @@ func TestStopLetsTheStepInHandFinish(t *testing.T) {
 		t.Fatalf("lease %+v after the commit", rec.Lease)
 	}
 }
+
+// A stop that comes while the runner is still starting (before it found its consumer) is a
+// clean stop too: Run returns nil, as a process stopped at once after its start expects.
+func TestStopBeforeTheConsumerIsFound(t *testing.T) {
+	f := setup(t)
+	r, err := runner.New(f.config("one", output("one")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	stop()
+	if err := r.Run(ctx); err != nil {
+		t.Errorf("Run after a stop at its start: %v, want nil", err)
+	}
+}
