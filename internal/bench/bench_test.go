@@ -47,7 +47,7 @@ func TestTransitionsSmallCluster(t *testing.T) {
 		t.Errorf("result %+v", res)
 	}
 	if res.OneWrite.Transitions != 0 || res.GroupCommit.Transitions != 0 || res.Sharded.Transitions != 0 {
-		t.Errorf("ceilings measured on three servers: one write %+v, group commit %+v", res.OneWrite, res.GroupCommit)
+		t.Errorf("ceilings measured on three servers: one write %+v, group commit %+v, sharded %+v", res.OneWrite, res.GroupCommit, res.Sharded)
 	}
 	// A lease-free step that changed nothing outside stores its commit in the record alone.
 	if res.Stored.AuditEvents != 0 || res.Stored.Checkpoints != 1.5 {

@@ -128,9 +128,7 @@ func RawFloor(ctx context.Context, c FloorConfig) (Floor, error) {
 	if err != nil {
 		return f, fmt.Errorf("raw floor not writable: %w", err)
 	}
-	write := func(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
-		return kv.Update(ctx, key, value, rev)
-	}
+	var write writeFunc // nil: a plain update of the run's bucket
 	var gc *groupCommitter
 	if c.Shape == GroupCommit {
 		if gc, err = newGroupCommitter(ctx, js, "floor", kv, c.Concurrency); err != nil {
@@ -163,7 +161,7 @@ func RawFloor(ctx context.Context, c FloorConfig) (Floor, error) {
 					return
 				}
 				kv, write := kvs[int(i)%len(kvs)], write
-				if c.Shape == CASSharded {
+				if write == nil {
 					write = kv.Update
 				}
 				if err := floorRun(ctx, js, kv, write, c.Shape == CASAndPublish, fmt.Sprintf("run-%06d", i), value, values); err != nil {
