@@ -206,6 +206,16 @@ func (n *night) start(env ...string) {
 	n.js, _ = jetstream.New(nc)
 }
 
+// metricsAddr is where the running `cairn dev` serves /metrics (started with anyPort).
+func (n *night) metricsAddr() string {
+	n.t.Helper()
+	addr, err := metricsOf(n.dev)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return addr
+}
+
 // crash runs `cairn dev` with an @once fault that exits the process, starts the run, and
 // checks that the process died of it.
 func (n *night) crash(fault string) {

@@ -29,25 +29,25 @@ import (
 type ledgerAPI struct {
 	t       *testing.T
 	url     string
-	metrics string // its CAIRN_METRICS_ADDR
+	metrics string // where it serves /metrics
 	proc    *devproc.Proc
 }
 
 // startLedgerAPI starts the ledger-api binary with env and waits for its "ready".
 func startLedgerAPI(t *testing.T, addr string, env ...string) *ledgerAPI {
 	t.Helper()
-	metrics, err := freeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
 	log := filepath.Join(t.TempDir(), "ledger-api.log")
-	env = append(append(os.Environ(), "CAIRN_LEDGER_API_ADDR="+addr, "CAIRN_METRICS_ADDR="+metrics), env...)
+	env = append(append(os.Environ(), "CAIRN_LEDGER_API_ADDR="+addr, anyPort), env...)
 	bin, args := serviceCmd("ledger-api")
 	p, err := devproc.StartArgs(bin, args, env, log, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Stop(30 * time.Second) })
+	metrics, err := metricsOf(p)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return &ledgerAPI{t: t, url: "http://" + addr, metrics: metrics, proc: p}
 }
 

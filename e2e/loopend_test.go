@@ -78,12 +78,8 @@ func TestServicesExitWhenTheirDurableIsDeleted(t *testing.T) {
 func TestDevExitsWhenTheCompensatorsDurableIsDeleted(t *testing.T) {
 	t.Parallel() // mostly waiting (a stall, an outage, a grace): see TestMain
 	n := newNight(t, 0)
-	addr, err := freeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.start("CAIRN_FAULTS="+stallAt24, "CAIRN_STOP_GRACE=20s", "CAIRN_METRICS_ADDR="+addr)
-	readyz := "http://" + addr + "/readyz"
+	n.start("CAIRN_FAULTS="+stallAt24, "CAIRN_STOP_GRACE=20s", anyPort)
+	readyz := "http://" + n.metricsAddr() + "/readyz"
 	var code int
 	var body string
 	if !poll(time.Minute, func() bool {

@@ -70,11 +70,8 @@ func TestNightUninterrupted(t *testing.T) {
 	takeNightSlot(t)
 	n := newNight(t, 0)
 	n.raceChild()
-	addr, err := freeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.start("CAIRN_METRICS_ADDR=" + addr)
+	n.start(anyPort)
+	addr := n.metricsAddr()
 	n.startRun()
 	n.startRun() // the same start twice makes one run
 	rec := n.waitStatus(runLimit, kc.Done)

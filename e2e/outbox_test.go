@@ -156,12 +156,9 @@ func TestRelayOutageLongerThanTheDeliveryLimitThenBack(t *testing.T) {
 	t.Parallel() // mostly waiting (a stall, an outage, a grace): see TestMain
 	r := startRelay(t)
 	r.down.Store(true)
-	metrics, err := freeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
 	n := newNight(t, 0)
-	n.start("CAIRN_SMTP_ADDR="+r.addr, "CAIRN_OUTBOX_BACKOFF=100ms", "CAIRN_METRICS_ADDR="+metrics)
+	n.start("CAIRN_SMTP_ADDR="+r.addr, "CAIRN_OUTBOX_BACKOFF=100ms", anyPort)
+	metrics := n.metricsAddr()
 	n.startRun()
 	msgs := int64(len(n.truth.DebitNotes) + 1)
 	if !poll(runLimit, func() bool { return r.dropped.Load() > 20*msgs }) {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -51,7 +52,7 @@ type procsNight struct {
 	procs   []*devproc.Proc
 	metrics map[*devproc.Proc]string // each process's CAIRN_METRICS_ADDR
 	count   map[string]int           // processes started per service, for the log names
-	ports   map[string]bool          // metrics addresses handed out, so no two processes get one
+	ports   map[string]bool          // the servers' addresses, which no process may keep for its metrics
 }
 
 // newProcsNight generates the night, starts the nats-server and runs `cairn init`. It
@@ -150,31 +151,38 @@ func (h *procsNight) svcs(names []string, env ...string) []*devproc.Proc {
 	return ps
 }
 
+// start starts one process of the named service with env and waits for its "ready".
+// Its metrics go on a port the kernel chooses (anyPort). A server's port is free while
+// that server is stopped; a process given one is stopped and started again, so the server
+// can come back on it.
 func (h *procsNight) start(name string, env []string) (*devproc.Proc, error) {
-	h.mu.Lock()
-	addr, err := freeAddr()
-	// A port just closed may be handed out again; never give one to two processes.
-	for err == nil && h.ports[addr] {
-		addr, err = freeAddr()
-	}
-	if err != nil {
+	for {
+		h.mu.Lock()
+		h.count[name]++
+		log := filepath.Join(h.dir, fmt.Sprintf("%s-%d.log", name, h.count[name]))
 		h.mu.Unlock()
-		return nil, err
+		_, args := serviceCmd(name)
+		p, err := devproc.StartArgs(h.night.bin, args, h.env(append([]string{anyPort}, env...)...), log, time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		addr, err := metricsOf(p)
+		if err != nil {
+			p.Stop(20 * time.Second)
+			return nil, err
+		}
+		h.mu.Lock()
+		taken := h.ports[addr]
+		if !taken {
+			h.procs = append(h.procs, p)
+			h.metrics[p] = addr
+		}
+		h.mu.Unlock()
+		if !taken {
+			return p, nil
+		}
+		p.Stop(20 * time.Second)
 	}
-	h.ports[addr] = true
-	h.count[name]++
-	log := filepath.Join(h.dir, fmt.Sprintf("%s-%d.log", name, h.count[name]))
-	h.mu.Unlock()
-	_, args := serviceCmd(name)
-	p, err := devproc.StartArgs(h.night.bin, args, h.env(append([]string{"CAIRN_METRICS_ADDR=" + addr}, env...)...), log, time.Minute)
-	if err != nil {
-		return nil, err
-	}
-	h.mu.Lock()
-	h.procs = append(h.procs, p)
-	h.metrics[p] = addr
-	h.mu.Unlock()
-	return p, nil
 }
 
 // metricsAddr is where p serves /metrics.
@@ -374,6 +382,38 @@ func freeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// anyPort has a service bind its metrics on a port the kernel chooses. A port chosen
+// beforehand and closed (freeAddr) can be taken by another process before the service binds
+// it, and the service then stops: "bind: address already in use".
+const anyPort = "CAIRN_METRICS_ADDR=127.0.0.1:0"
+
+// metricsOf is the address p serves /metrics on: the url of the "serving metrics" line of
+// its log, which a service writes before it prints "ready".
+func metricsOf(p *devproc.Proc) (string, error) {
+	f, err := os.Open(p.Log)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var line struct{ Msg, URL string }
+		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Msg != "serving metrics" {
+			continue
+		}
+		u, err := url.Parse(line.URL)
+		if err != nil {
+			return "", fmt.Errorf("%s: serving metrics at %q: %w", p.Log, line.URL, err)
+		}
+		return u.Host, nil
+	}
+	if err := sc.Err(); err != nil {
+		return "", err
+	}
+	return "", fmt.Errorf("%s has no \"serving metrics\" line", p.Log)
 }
 
 // tail is the last n lines of the file at path.

@@ -19,17 +19,14 @@ func TestPostgresBackendTerminatedInPostLedger(t *testing.T) {
 	takeNightSlot(t)
 	dsn, ledger := pgDatabase(t)
 	n := newNight(t, 0)
-	metrics, err := freeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The ledger's tables, as the services create them, so that the key can be held first.
 	tables, err := books.Open(t.Context(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tables.Close()
-	n.start("CAIRN_LEDGER_DSN="+dsn, "CAIRN_METRICS_ADDR="+metrics)
+	n.start("CAIRN_LEDGER_DSN="+dsn, anyPort)
+	metrics := n.metricsAddr()
 
 	// The 20th entry's key, held by an open transaction of ours that inserted it: post-ledger
 	// writes the 19 before it and then waits inside its own transaction, on its connection.

@@ -105,6 +105,9 @@ func cmdDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if !*verbose { // where the metrics are is worth its line without -v too
+		d.LogServing(slog.New(slog.NewJSONHandler(os.Stderr, nil)))
+	}
 	d.Ready = func() { fmt.Println("ready") }
 	return d.RunAll(ctx, service.Services()...)
 }

@@ -149,10 +149,19 @@ func Open(ctx context.Context, c Config, js jetstream.JetStream, log *slog.Logge
 		if d.MetricsAddr, err = d.Metrics.Listen(ctx, c.MetricsAddr, log); err != nil {
 			return nil, fmt.Errorf("CAIRN_METRICS_ADDR: %w", err)
 		}
-		log.Info("serving metrics", slog.String("url", "http://"+d.MetricsAddr.String()+"/metrics"),
-			slog.String("readiness", "http://"+d.MetricsAddr.String()+"/readyz"))
+		d.LogServing(log)
 	}
 	return d, nil
+}
+
+// LogServing logs where the process serves /metrics and /readyz, if it does: with
+// CAIRN_METRICS_ADDR's port 0 this line is the only way to know.
+func (d *Deps) LogServing(log *slog.Logger) {
+	if d.MetricsAddr == nil {
+		return
+	}
+	log.Info("serving metrics", slog.String("url", "http://"+d.MetricsAddr.String()+"/metrics"),
+		slog.String("readiness", "http://"+d.MetricsAddr.String()+"/readyz"))
 }
 
 // ready says whether the process can do its work now: none of its services stopped by
