@@ -281,6 +281,9 @@ func (h *procsNight) pollRecord(limit time.Duration, what string, ok func(*kc.Re
 		return ok(r)
 	})
 	if !done {
+		if last != nil {
+			h.dumpStuck(last)
+		}
 		h.t.Fatalf("the run's record did not show %s within %s; last record: %+v (last error %v)", what, limit, last, lastErr)
 	}
 	return last

@@ -374,6 +374,50 @@ func poll(limit time.Duration, ok func() bool) bool {
 	return true
 }
 
+// dumpStuck ends each process of a step that r shows in progress with SIGQUIT and logs
+// the goroutines of its dump that run Cairn's code: where a step that neither finishes nor
+// fails waits. The log files are gone with the CI machine; the test's output is not.
+func (h *procsNight) dumpStuck(r *kc.Record) {
+	h.mu.Lock()
+	procs := slices.Clone(h.procs)
+	h.mu.Unlock()
+	for _, step := range r.Pipeline {
+		if r.Step(step).Status != kc.InProgress {
+			continue
+		}
+		for _, p := range procs {
+			if !strings.HasPrefix(filepath.Base(p.Log), step+"-") || p.Signal(syscall.SIGQUIT) != nil {
+				continue
+			}
+			if _, err := p.Wait(20 * time.Second); err != nil {
+				h.t.Logf("%s: no goroutine dump: %v", filepath.Base(p.Log), err)
+				continue
+			}
+			h.t.Logf("%s, in progress: its goroutines in Cairn's code at SIGQUIT:\n%s", filepath.Base(p.Log), cairnGoroutines(p.Log))
+		}
+	}
+}
+
+// cairnGoroutines is the goroutines of the dump at the end of the log at path whose stacks
+// hold a frame of Cairn's own packages.
+func cairnGoroutines(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	dump := string(b)
+	if i := strings.LastIndex(dump, "SIGQUIT: quit"); i >= 0 {
+		dump = dump[i:]
+	}
+	var keep []string
+	for g := range strings.SplitSeq(dump, "\n\n") {
+		if strings.HasPrefix(g, "goroutine ") && strings.Contains(g, "github.com/cairnhq/cairn/") {
+			keep = append(keep, g)
+		}
+	}
+	return strings.Join(keep, "\n\n")
+}
+
 // freeAddr is a loopback address with a port free at the moment.
 func freeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
