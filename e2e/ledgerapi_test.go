@@ -33,7 +33,8 @@ type ledgerAPI struct {
 	proc    *devproc.Proc
 }
 
-// startLedgerAPI starts the ledger-api binary with env and waits for its "ready".
+// startLedgerAPI starts the ledger-api binary with env and waits for its "ready". It serves
+// on addr, or where the kernel chooses if addr is anyAddr (see anyPort).
 func startLedgerAPI(t *testing.T, addr string, env ...string) *ledgerAPI {
 	t.Helper()
 	log := filepath.Join(t.TempDir(), "ledger-api.log")
@@ -46,6 +47,9 @@ func startLedgerAPI(t *testing.T, addr string, env ...string) *ledgerAPI {
 	t.Cleanup(func() { p.Stop(30 * time.Second) })
 	metrics, err := metricsOf(p)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if addr, err = servedAt(p, "serving the ledger"); err != nil {
 		t.Fatal(err)
 	}
 	return &ledgerAPI{t: t, url: "http://" + addr, metrics: metrics, proc: p}
@@ -171,11 +175,8 @@ func TestLedgerAPIProcess(t *testing.T) {
 	takeNightSlot(t)
 	dir := t.TempDir()
 	dsn := "sqlite:" + filepath.Join(dir, "ledger.db")
-	addr, err := freeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := startLedgerAPI(t, addr, "CAIRN_DATA_DIR="+dir, "CAIRN_LEDGER_DSN="+dsn)
+	l := startLedgerAPI(t, anyAddr, "CAIRN_DATA_DIR="+dir, "CAIRN_LEDGER_DSN="+dsn)
+	addr := strings.TrimPrefix(l.url, "http://")
 	entries := ledgerAPIEntries("run-e2e")
 	l.postAll(entries, http.StatusCreated)
 
@@ -238,11 +239,7 @@ func TestLedgerAPIProcess(t *testing.T) {
 func TestLedgerAPIBadAddr(t *testing.T) {
 	t.Parallel()
 	takeNightSlot(t)
-	held, err := freeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	startLedgerAPI(t, held, "CAIRN_DATA_DIR="+t.TempDir())
+	held := strings.TrimPrefix(startLedgerAPI(t, anyAddr, "CAIRN_DATA_DIR="+t.TempDir()).url, "http://")
 	for _, addr := range []string{"localhost", "127.0.0.1:port", held} {
 		t.Run(addr, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -304,11 +301,7 @@ func TestLedgerAPIPostgresRole(t *testing.T) {
 	u.User = url.UserPassword("ledger_api", pw)
 	roleDSN := u.String()
 
-	addr, err := freeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := startLedgerAPI(t, addr, "CAIRN_DATA_DIR="+t.TempDir(), "CAIRN_LEDGER_DSN="+roleDSN)
+	l := startLedgerAPI(t, anyAddr, "CAIRN_DATA_DIR="+t.TempDir(), "CAIRN_LEDGER_DSN="+roleDSN)
 	entries := ledgerAPIEntries("run-pg")
 	l.postAll(entries, http.StatusCreated)
 	checkLedger(t, owner, entries)

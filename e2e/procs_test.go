@@ -431,11 +431,17 @@ func freeAddr() (string, error) {
 // anyPort has a service bind its metrics on a port the kernel chooses. A port chosen
 // beforehand and closed (freeAddr) can be taken by another process before the service binds
 // it, and the service then stops: "bind: address already in use".
-const anyPort = "CAIRN_METRICS_ADDR=127.0.0.1:0"
+const anyPort = "CAIRN_METRICS_ADDR=" + anyAddr
+
+// anyAddr is a loopback address on a port the kernel chooses.
+const anyAddr = "127.0.0.1:0"
 
 // metricsOf is the address p serves /metrics on: the url of the "serving metrics" line of
 // its log, which a service writes before it prints "ready".
-func metricsOf(p *devproc.Proc) (string, error) {
+func metricsOf(p *devproc.Proc) (string, error) { return servedAt(p, "serving metrics") }
+
+// servedAt is the host:port of the url of p's first log line with the message msg.
+func servedAt(p *devproc.Proc, msg string) (string, error) {
 	f, err := os.Open(p.Log)
 	if err != nil {
 		return "", err
@@ -445,19 +451,19 @@ func metricsOf(p *devproc.Proc) (string, error) {
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		var line struct{ Msg, URL string }
-		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Msg != "serving metrics" {
+		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Msg != msg {
 			continue
 		}
 		u, err := url.Parse(line.URL)
 		if err != nil {
-			return "", fmt.Errorf("%s: serving metrics at %q: %w", p.Log, line.URL, err)
+			return "", fmt.Errorf("%s: %s at %q: %w", p.Log, msg, line.URL, err)
 		}
 		return u.Host, nil
 	}
 	if err := sc.Err(); err != nil {
 		return "", err
 	}
-	return "", fmt.Errorf("%s has no \"serving metrics\" line", p.Log)
+	return "", fmt.Errorf("%s has no %q line", p.Log, msg)
 }
 
 // tail is the last n lines of the file at path.
