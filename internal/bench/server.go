@@ -72,6 +72,37 @@ func startNodes(dir string, syncAlways bool, n int) (*nodes, error) {
 		}
 		return &nodes{srvs: []*server.Server{s}}, nil
 	}
+	// A route port is chosen free and closed before its server binds it; another process
+	// may take it meanwhile, and that server then never starts. Such a start is tried again
+	// on new ports.
+	var ns *nodes
+	var err error
+	for try := 1; try <= 3; try++ {
+		if ns, err = startCluster(filepath.Join(dir, fmt.Sprintf("try%d", try)), syncAlways, n); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	// The election has no event to wait on from outside the servers: poll, with a deadline.
+	err = eventually(30*time.Second, func() error {
+		for _, s := range ns.srvs {
+			if s.JetStreamIsLeader() {
+				return nil
+			}
+		}
+		return errors.New("the cluster has no JetStream meta leader")
+	})
+	if err != nil {
+		ns.shutdown()
+		return nil, err
+	}
+	return ns, nil
+}
+
+// startCluster starts n servers clustered on loopback route ports chosen free, under dir.
+func startCluster(dir string, syncAlways bool, n int) (*nodes, error) {
 	var routes []*url.URL
 	var ports []int
 	for range n {
@@ -102,19 +133,6 @@ func startNodes(dir string, syncAlways bool, n int) (*nodes, error) {
 			ns.shutdown()
 			return nil, fmt.Errorf("embedded nats-server n%d in %s did not start", i+1, dir)
 		}
-	}
-	// The election has no event to wait on from outside the servers: poll, with a deadline.
-	err := eventually(30*time.Second, func() error {
-		for _, s := range ns.srvs {
-			if s.JetStreamIsLeader() {
-				return nil
-			}
-		}
-		return errors.New("the cluster has no JetStream meta leader")
-	})
-	if err != nil {
-		ns.shutdown()
-		return nil, err
 	}
 	return ns, nil
 }
