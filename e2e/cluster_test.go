@@ -42,28 +42,50 @@ type cluster struct {
 func newCluster(t *testing.T, taken map[string]bool) *cluster {
 	t.Helper()
 	c := &cluster{t: t}
-	base := t.TempDir()
-	for i := range 3 {
-		c.name = append(c.name, fmt.Sprintf("n%d", i+1))
-		c.client = append(c.client, freeClusterPort(t, taken))
-		c.route = append(c.route, freeClusterPort(t, taken))
-		c.store = append(c.store, filepath.Join(base, c.name[i]))
-		c.routes = append(c.routes, &url.URL{Scheme: "nats", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(c.route[i]))})
-		c.clients = append(c.clients, "nats://"+net.JoinHostPort("127.0.0.1", strconv.Itoa(c.client[i])))
-	}
-	c.srv = make([]*server.Server, 3)
 	t.Cleanup(func() {
 		for i := range c.srv {
 			c.stop(i)
 		}
 	})
-	for i := range 3 {
-		c.start(i)
+	// A port is chosen free and closed before its server binds it; another process may take
+	// it meanwhile, and that node then does not start. The cluster is then started again on
+	// new ports and storage.
+	var err error
+	for try := 1; try <= 3; try++ {
+		if err = c.startAll(filepath.Join(t.TempDir(), fmt.Sprintf("try%d", try)), taken); err == nil {
+			break
+		}
+		for i := range c.srv {
+			c.stop(i)
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 	if !poll(30*time.Second, func() bool { return c.metaLeader() != "" }) {
 		t.Fatal("the cluster elected no JetStream meta leader within 30s")
 	}
 	return c
+}
+
+// startAll chooses the three nodes' ports and storage under base and starts them.
+func (c *cluster) startAll(base string, taken map[string]bool) error {
+	c.name, c.client, c.route, c.store, c.routes, c.clients = nil, nil, nil, nil, nil, nil
+	for i := range 3 {
+		c.name = append(c.name, fmt.Sprintf("n%d", i+1))
+		c.client = append(c.client, freeClusterPort(c.t, taken))
+		c.route = append(c.route, freeClusterPort(c.t, taken))
+		c.store = append(c.store, filepath.Join(base, c.name[i]))
+		c.routes = append(c.routes, &url.URL{Scheme: "nats", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(c.route[i]))})
+		c.clients = append(c.clients, "nats://"+net.JoinHostPort("127.0.0.1", strconv.Itoa(c.client[i])))
+	}
+	c.srv = make([]*server.Server, 3)
+	for i := range 3 {
+		if err := c.tryStart(i); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // freeClusterPort is a loopback port free at the moment and not in taken; it is added to taken.
@@ -91,20 +113,28 @@ func (c *cluster) url() string { return strings.Join(c.clients, ",") }
 // with sync_interval: always) and waits until it takes clients.
 func (c *cluster) start(i int) {
 	c.t.Helper()
+	if err := c.tryStart(i); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// tryStart is start, saying why a node did not start.
+func (c *cluster) tryStart(i int) error {
 	s, err := server.NewServer(&server.Options{
 		ServerName: c.name[i], Host: "127.0.0.1", Port: c.client[i], JetStream: true, StoreDir: c.store[i],
 		SyncAlways: true, NoSigs: true, NoLog: true, Routes: c.routes,
 		Cluster: server.ClusterOpts{Name: "cairn-e2e", Host: "127.0.0.1", Port: c.route[i]},
 	})
 	if err != nil {
-		c.t.Fatalf("nats-server %s: %v", c.name[i], err)
+		return fmt.Errorf("nats-server %s: %w", c.name[i], err)
 	}
 	go s.Start()
 	if !s.ReadyForConnections(30 * time.Second) {
 		s.Shutdown()
-		c.t.Fatalf("nats-server %s not ready within 30s", c.name[i])
+		return fmt.Errorf("nats-server %s not ready within 30s (ports %d and %d)", c.name[i], c.client[i], c.route[i])
 	}
 	c.srv[i] = s
+	return nil
 }
 
 // stop shuts node i down and waits until it has.
