@@ -199,7 +199,7 @@ func (n *night) handoverNote() runner.HandoverNote {
 func TestHTTPLedgerDownForAMinute(t *testing.T) {
 	t.Parallel() // mostly waiting for the outage to end
 	n := newLoggedNight(t)
-	addr, err := freeAddr()
+	addr, err := freeAddrOn(outageHost)
 	if err != nil {
 		t.Fatal(err)
 	}

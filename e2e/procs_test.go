@@ -50,7 +50,7 @@ type procsNight struct {
 
 	mu      sync.Mutex // guards what follows: svc may start processes from several goroutines
 	procs   []*devproc.Proc
-	metrics map[*devproc.Proc]string // each process's CAIRN_METRICS_ADDR
+	metrics map[*devproc.Proc]string // where each process serves /metrics
 	count   map[string]int           // processes started per service, for the log names
 	ports   map[string]bool          // the servers' addresses, which no process may keep for its metrics
 }
@@ -419,14 +419,22 @@ func cairnGoroutines(path string) string {
 }
 
 // freeAddr is a loopback address with a port free at the moment.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freeAddr() (string, error) { return freeAddrOn("127.0.0.1") }
+
+// freeAddrOn is an address on host (a loopback address) with a port free at the moment.
+func freeAddrOn(host string) (string, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return "", err
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
 }
+
+// outageHost is the loopback address an outside system that is down for a while is named
+// on: every process of the tests binds 127.0.0.1 (metrics on port 0 among them), so none can
+// take the down system's port before it comes back and answer in its place.
+const outageHost = "127.0.0.2"
 
 // anyPort has a service bind its metrics on a port the kernel chooses. A port chosen
 // beforehand and closed (freeAddr) can be taken by another process before the service binds

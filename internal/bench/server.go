@@ -3,12 +3,8 @@ package bench
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -18,6 +14,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/internal/loopback"
 )
 
 // embedded starts a nats-server with JetStream and file storage in dir; syncAlways sets
@@ -72,69 +70,11 @@ func startNodes(dir string, syncAlways bool, n int) (*nodes, error) {
 		}
 		return &nodes{srvs: []*server.Server{s}}, nil
 	}
-	// A route port is chosen free and closed before its server binds it; another process
-	// may take it meanwhile, and that server then never starts. Such a start is tried again
-	// on new ports.
-	var ns *nodes
-	var err error
-	for try := 1; try <= 3; try++ {
-		if ns, err = startCluster(filepath.Join(dir, fmt.Sprintf("try%d", try)), syncAlways, n); err == nil {
-			break
-		}
-	}
+	srvs, err := loopback.Cluster(dir, "cairn-bench", n, server.Options{SyncAlways: syncAlways})
 	if err != nil {
 		return nil, err
 	}
-	// The election has no event to wait on from outside the servers: poll, with a deadline.
-	err = eventually(30*time.Second, func() error {
-		for _, s := range ns.srvs {
-			if s.JetStreamIsLeader() {
-				return nil
-			}
-		}
-		return errors.New("the cluster has no JetStream meta leader")
-	})
-	if err != nil {
-		ns.shutdown()
-		return nil, err
-	}
-	return ns, nil
-}
-
-// startCluster starts n servers clustered on loopback route ports chosen free, under dir.
-func startCluster(dir string, syncAlways bool, n int) (*nodes, error) {
-	var routes []*url.URL
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("a route port: %w", err)
-		}
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-		routes = append(routes, &url.URL{Scheme: "nats", Host: l.Addr().String()})
-		l.Close()
-	}
-	ns := &nodes{}
-	for i, p := range ports {
-		s, err := server.NewServer(&server.Options{
-			ServerName: fmt.Sprintf("cairn-bench-n%d", i+1), Host: "127.0.0.1", Port: -1, JetStream: true,
-			StoreDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), SyncAlways: syncAlways, NoLog: true, NoSigs: true,
-			Cluster: server.ClusterOpts{Name: "cairn-bench", Host: "127.0.0.1", Port: p}, Routes: routes,
-		})
-		if err != nil {
-			ns.shutdown()
-			return nil, fmt.Errorf("embedded nats-server n%d: %w", i+1, err)
-		}
-		go s.Start()
-		ns.srvs = append(ns.srvs, s)
-	}
-	for i, s := range ns.srvs {
-		if !s.ReadyForConnections(30 * time.Second) {
-			ns.shutdown()
-			return nil, fmt.Errorf("embedded nats-server n%d in %s did not start", i+1, dir)
-		}
-	}
-	return ns, nil
+	return &nodes{srvs: srvs}, nil
 }
 
 // url is the servers' client URLs, comma-separated.

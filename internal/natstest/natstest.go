@@ -3,10 +3,6 @@
 package natstest
 
 import (
-	"fmt"
-	"net"
-	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +10,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/internal/loopback"
 )
 
 // JetStream starts a server for t and returns a JetStream handle on a connection to it
@@ -55,83 +53,14 @@ func connect(t testing.TB, addr string) jetstream.JetStream {
 // leader.
 func Cluster(t testing.TB) ([]*server.Server, jetstream.JetStream) {
 	t.Helper()
-	// A route port is chosen free and closed before its server binds it; another process
-	// may take it meanwhile, and that server then never starts. Such a start is tried again
-	// on new ports.
-	var srvs []*server.Server
-	var err error
-	for try := 1; try <= 3; try++ {
-		if srvs, err = startCluster(filepath.Join(t.TempDir(), fmt.Sprintf("try%d", try))); err == nil {
-			break
-		}
-	}
+	srvs, err := loopback.Cluster(t.TempDir(), "natstest", 3, server.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range srvs {
-		t.Cleanup(s.Shutdown)
-	}
+	t.Cleanup(func() { loopback.Shutdown(srvs) })
 	var urls []string
 	for _, s := range srvs {
 		urls = append(urls, s.ClientURL())
 	}
-	// The election has no event to wait on from outside the servers: poll, with a deadline.
-	for deadline := time.Now().Add(30 * time.Second); !metaLed(srvs); {
-		if time.Now().After(deadline) {
-			t.Fatal("the cluster elected no JetStream meta leader within 30 s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 	return srvs, connect(t, strings.Join(urls, ","))
-}
-
-// startCluster starts three servers clustered on loopback route ports chosen free, under
-// dir, and waits until each takes connections; on a failure it stops those it started.
-func startCluster(dir string) ([]*server.Server, error) {
-	var routes []*url.URL
-	var ports []int
-	for range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("a route port: %w", err)
-		}
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-		routes = append(routes, &url.URL{Scheme: "nats", Host: l.Addr().String()})
-		l.Close()
-	}
-	var srvs []*server.Server
-	stop := func() {
-		for _, s := range srvs {
-			s.Shutdown()
-		}
-	}
-	for i, p := range ports {
-		s, err := server.NewServer(&server.Options{
-			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: -1, JetStream: true,
-			StoreDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), NoLog: true, NoSigs: true,
-			Cluster: server.ClusterOpts{Name: "natstest", Host: "127.0.0.1", Port: p}, Routes: routes,
-		})
-		if err != nil {
-			stop()
-			return nil, fmt.Errorf("creating nats-server n%d: %w", i+1, err)
-		}
-		go s.Start()
-		srvs = append(srvs, s)
-	}
-	for _, s := range srvs {
-		if !s.ReadyForConnections(30 * time.Second) {
-			stop()
-			return nil, fmt.Errorf("nats-server %s not ready within 30 s", s.Name())
-		}
-	}
-	return srvs, nil
-}
-
-func metaLed(srvs []*server.Server) bool {
-	for _, s := range srvs {
-		if s.JetStreamIsLeader() {
-			return true
-		}
-	}
-	return false
 }
