@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	job "github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/internal/recon"
 	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
@@ -136,12 +138,34 @@ func TestCrashInExtract(t *testing.T) {
 	}
 }
 
+// approveUnclear waits for the night to stop before debit-notes, which cannot be undone,
+// because its evidence is unclear (why), checks that nothing of debit-notes was sent, and
+// approves the evidence as a registered approver.
+func (n *night) approveUnclear(why string) {
+	n.t.Helper()
+	rec := n.waitStatus(runLimit, kc.WaitingApproval, kc.Done, kc.HandedOver)
+	if rec.Status != kc.WaitingApproval || rec.Approval == nil || rec.Approval.Step != job.DebitNotes || !strings.Contains(rec.NextAction, why) {
+		n.t.Fatalf("the night is %s (approval %+v, next: %s); want it waiting before debit-notes saying %q", rec.Status, rec.Approval, rec.NextAction, why)
+	}
+	if st := rec.Step(job.DebitNotes).Status; st != kc.Pending {
+		n.t.Fatalf("debit-notes is %s while the night waits, want pending", st)
+	}
+	if keys := n.mailKeys(); len(keys) != 0 {
+		n.t.Fatalf("mail sent before the approval: %v", keys)
+	}
+	n.publish(events.RunSubject(runID, events.VerbApprove), signedApprove(n.t, rec, "asha", n.approver("asha")))
+}
+
+// Two invoices nobody can read are parked: the night stops before debit-notes, which cannot
+// be undone, naming them (seed 004: stop before what cannot be undone when the evidence is
+// unclear), and finishes with the ground truth once a person approves.
 func TestUnreadableInvoicesParked(t *testing.T) {
 	t.Parallel()
 	takeNightSlot(t)
 	n := newNight(t, 2)
 	n.start()
 	n.startRun()
+	n.approveUnclear("2 items parked at extract")
 	rec := n.waitStatus(runLimit, kc.Done)
 	n.assertTruth()
 	n.assertReport(rec)

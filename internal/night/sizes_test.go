@@ -83,6 +83,11 @@ func TestAnOversizedDocumentIsParkedUnread(t *testing.T) {
 	const run = "run-big-document"
 	f.start(t, run)
 	rec := f.wait(t, run, func(r *kc.Record) bool { return r.Status != kc.Running })
+	if rec.Status != kc.WaitingApproval {
+		t.Fatalf("run is %s (%s), want waiting before debit-notes for its parked invoices", rec.Status, lastErrors(rec))
+	}
+	f.approve(t, run)
+	rec = f.wait(t, run, func(r *kc.Record) bool { return r.Status != kc.Running })
 	if rec.Status != kc.Finishing {
 		t.Fatalf("run is %s (%s), want finishing", rec.Status, lastErrors(rec))
 	}

@@ -120,6 +120,28 @@ func (f *nightFixture) start(t *testing.T, runID string) {
 	}
 }
 
+// approve approves what the waiting run asks, as the supervisor applies a signed approve
+// (the fixture runs no supervisor), and sends its step's event again.
+func (f *nightFixture) approve(t *testing.T, runID string) {
+	t.Helper()
+	ctx := t.Context()
+	rec, rev, err := f.store.Mutate(ctx, runID, func(r *kc.Record) error {
+		if r.Status != kc.WaitingApproval || r.Approval == nil {
+			return fmt.Errorf("run %s is %s, not waiting for approval", runID, r.Status)
+		}
+		by, at := "test", time.Now().UTC().Format(time.RFC3339Nano)
+		r.Approval.By, r.Approval.At = &by, &at
+		r.Status = kc.Running
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runner.PublishStep(ctx, f.js, assets.Default, "/cairn/test", runID, rec.Approval.Step, rec.Generation, rev, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // wait watches the run's record until ok says so, within five minutes.
 func (f *nightFixture) wait(t *testing.T, runID string, ok func(*kc.Record) bool) *kc.Record {
 	t.Helper()
@@ -201,13 +223,19 @@ func edit[T any](ctx context.Context, a *runner.Attempt, b *json.RawMessage, cha
 }
 
 // TestNightPassesItsVerifications: the night, two unreadable invoices parked, goes through
-// every step's verification to finishing.
+// every step's verification to finishing, approved before debit-notes (its evidence is
+// unclear: two invoices parked).
 func TestNightPassesItsVerifications(t *testing.T) {
 	f := newNightFixture(t)
 	f.run(t, Pipeline.Names(), nil)
 	const run = "run-verified"
 	f.start(t, run)
 	rec := f.wait(t, run, func(r *kc.Record) bool { return r.Status != kc.Running })
+	if rec.Status != kc.WaitingApproval || !strings.Contains(rec.NextAction, "2 items parked at extract") {
+		t.Fatalf("run is %s (next action %q), want waiting before debit-notes for the 2 parked invoices", rec.Status, rec.NextAction)
+	}
+	f.approve(t, run)
+	rec = f.wait(t, run, func(r *kc.Record) bool { return r.Status != kc.Running })
 	if rec.Status != kc.Finishing {
 		t.Fatalf("run is %s (handover %v, next action %q), want finishing", rec.Status, rec.Handover, rec.NextAction)
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"net/mail"
 	"net/url"
 	"path/filepath"
 	"slices"
@@ -205,21 +204,8 @@ func (c Config) Validate() error {
 			bad("CAIRN_APPROVAL_STEPS names %q, which is not a step of the pipeline %v", s, night.Pipeline.Names())
 		}
 	}
-	if c.NotifyEmail != "" {
-		if _, err := mail.ParseAddress(c.NotifyEmail); err != nil {
-			bad("CAIRN_NOTIFY_EMAIL %q is not a mail address", c.NotifyEmail)
-		}
-	}
-	if c.NotifyWebhook != "" {
-		if u, err := url.Parse(c.NotifyWebhook); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("CAIRN_NOTIFY_WEBHOOK %q must be an http(s) URL", c.NotifyWebhook)
-		}
-		if u, err := url.Parse(c.NotifyWebhook); err == nil && u.User != nil {
-			bad("CAIRN_NOTIFY_WEBHOOK must carry no user or password: the URL is written into every notice's outbox message (CAIRN_NOTIFY_SECRET signs the calls)")
-		}
-		if c.NotifySecret == "" {
-			bad("CAIRN_NOTIFY_SECRET must be set with CAIRN_NOTIFY_WEBHOOK: every call is signed with it")
-		}
+	if err := c.notices().Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.ModelURL != "" {
 		if u, err := url.Parse(c.ModelURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

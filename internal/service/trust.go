@@ -2,8 +2,10 @@ package service
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/cairnhq/cairn/internal/night"
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/runner"
 )
@@ -14,9 +16,9 @@ func (d *Deps) outboxTrust() *outbox.Trust {
 	return &outbox.Trust{Ring: d.Ring, Kinds: night.Kinds()}
 }
 
-// notifyAs is notify for service name: its notices are signed by name's key.
+// notifyAs is the Notify of service name: the night's notices (CAIRN_NOTIFY_*), signed by
+// name's key; nil without them.
 func (d *Deps) notifyAs(name string) func(ctx context.Context, kind string, note runner.HandoverNote, generation int, token uint64) {
-	return func(ctx context.Context, kind string, note runner.HandoverNote, generation int, token uint64) {
-		d.notify(ctx, name, kind, note, generation, token)
-	}
+	n := d.Config.notices()
+	return n.Notifier(d.JS, assets.Default, d.signers[name], n.From, d.Now, d.Logger.With(slog.String("service", name)))
 }

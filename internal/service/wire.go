@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +23,7 @@ import (
 	"github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/internal/recon"
 	nightundo "github.com/cairnhq/cairn/internal/undo"
+	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/audit"
@@ -433,7 +433,7 @@ func (t countingTransport) Deliver(ctx context.Context, m outbox.Message, raw []
 
 // The one sender of Cairn's mail, and the finance mailbox the night's report goes to.
 const (
-	mailFrom  = "cairn@cairn.local"
+	mailFrom  = app.DefaultFrom
 	financeTo = "finance-head@cairn.local"
 )
 
@@ -449,48 +449,8 @@ func (c Config) allow() outbox.Allow {
 	}}
 }
 
-// notify queues, through the outbox, the notifications of a handover or of a wait for
-// approval: a mail to CAIRN_NOTIFY_EMAIL and a signed POST of the note to
-// CAIRN_NOTIFY_WEBHOOK, queued (and signed) by service by. Each is keyed by the note's id,
-// so each handover notifies once.
-func (d *Deps) notify(ctx context.Context, by, kind string, note runner.HandoverNote, generation int, token uint64) {
-	c := d.Config
-	if c.NotifyEmail == "" && c.NotifyWebhook == "" {
-		return
-	}
-	step := note.Step
-	if step == "" {
-		step = "run"
-	}
-	base := outbox.Message{RunID: note.RunID, Kind: kind, Step: step, Generation: generation, Token: token,
-		From: mailFrom, QueuedAt: d.Now().UTC().Round(time.Second)}
-	var msgs []outbox.Message
-	if c.NotifyEmail != "" {
-		m := base
-		m.Key, m.To = note.ID+":mail", []string{c.NotifyEmail}
-		what := "needs a person"
-		if kind == "approval" {
-			what = "waits for your approval"
-		}
-		m.Subject = fmt.Sprintf("Cairn: run %s %s (step %s)", note.RunID, what, step)
-		m.Body = fmt.Sprintf("Run %s %s.\n\nStep:    %s\nWhy:     %s\nDone:    %d keys, %d messages\nNext:    %s\nNote:    %s (%s)\n",
-			note.RunID, what, step, note.Error, note.Done.Keys, note.Done.Messages, note.NextAction, note.ID, note.At)
-		msgs = append(msgs, m)
-	}
-	if c.NotifyWebhook != "" {
-		body, err := json.Marshal(struct {
-			Kind string              `json:"kind"`
-			Note runner.HandoverNote `json:"note"`
-		}{kind, note})
-		if err == nil {
-			m := base
-			m.Key, m.To, m.Subject, m.Body = note.ID+":webhook", []string{c.NotifyWebhook}, kind+" "+note.RunID, string(body)
-			msgs = append(msgs, m)
-		}
-	}
-	for _, m := range msgs {
-		if err := outbox.Queue(ctx, d.JS, m, outbox.SignedBy(d.signers[by])); err != nil {
-			d.Logger.Error("queueing a notification", slog.String("run_id", note.RunID), slog.String("key", m.Key), slog.Any("error", err))
-		}
-	}
+// notices are where the night's handover and approval notices go (app.Notices, the one
+// home of their messages): CAIRN_NOTIFY_EMAIL and CAIRN_NOTIFY_WEBHOOK, sent as mailFrom.
+func (c Config) notices() app.Notices {
+	return app.Notices{Email: c.NotifyEmail, Webhook: c.NotifyWebhook, Secret: []byte(c.NotifySecret), From: mailFrom}
 }

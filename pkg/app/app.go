@@ -119,6 +119,18 @@ type Config struct {
 	// withdrawal). Set Systems before Init, which makes the compensator's signing key.
 	Systems map[string]undo.System
 
+	// ApprovalSteps wait for a person before they run (CAIRN_APPROVAL_STEPS): each must be a
+	// runner.Planner, whose plan is stored and approved (a signed `cairn approve RUN
+	// --pipeline NAME`) before Run runs while a fresh plan still has its digest. A run nobody
+	// approves or rejects within ApprovalTimeout (CAIRN_APPROVAL_TIMEOUT, default 24h, counted
+	// from the wait's start and kept across restarts) is handed over.
+	ApprovalSteps   []string
+	ApprovalTimeout time.Duration
+	// Notices tell people of every handover and every wait for approval, through the
+	// pipeline's outbox (its sender runs when Notices send anything, with or without Outbox).
+	// Set them before Init, which makes the sender's signing key.
+	Notices Notices
+
 	// Limits are the shared rate limits the steps declare (pipeline.Step.RateLimit), by the
 	// name of the setting that declares each: Init registers them for the fault map.
 	Limits map[string]ratelimit.Limit
@@ -130,11 +142,12 @@ type Config struct {
 }
 
 // Services are the pipeline's services: its steps, in order, the supervisor, the outbox
-// sender when the pipeline has one (Outbox), and the compensator when it registers its
-// systems' reversals (Systems) or has an outbox (whose withdrawals it sends).
+// sender when the pipeline has one (Outbox) or sends notices (Notices), and the compensator
+// when it registers its systems' reversals (Systems) or has an outbox (whose withdrawals it
+// sends).
 func (c Config) Services() []string {
 	out := append(c.Pipeline.Names(), Supervisor)
-	if c.Outbox != nil {
+	if c.Outbox != nil || c.Notices.Any() {
 		out = append(out, OutboxSender)
 	}
 	if len(c.Systems) > 0 || c.Outbox != nil {
@@ -180,6 +193,29 @@ func (c Config) validate(withSteps bool) error {
 		if c.Systems[name] == nil {
 			errs = append(errs, fmt.Errorf("Systems: system %q has no reversal (nil)", name))
 		}
+	}
+	for _, name := range c.ApprovalSteps {
+		if def, ok := c.Pipeline.Step(name); !ok {
+			errs = append(errs, fmt.Errorf("CAIRN_APPROVAL_STEPS names %q, which is not a step of pipeline %q %v", name, c.Pipeline.Name, c.Pipeline.Names()))
+		} else if !def.Leased {
+			errs = append(errs, fmt.Errorf("CAIRN_APPROVAL_STEPS names %q, which cannot wait for approval: it takes no lease (declare it Leased), and a gate holds the whole run", name))
+		} else if _, plans := c.Steps[name].(runner.Planner); withSteps && !plans {
+			errs = append(errs, fmt.Errorf("CAIRN_APPROVAL_STEPS names %q, which cannot wait for approval: its implementation is no runner.Planner (it cannot say what it will do before it does it)", name))
+		}
+	}
+	if c.ApprovalTimeout < 0 {
+		errs = append(errs, fmt.Errorf("CAIRN_APPROVAL_TIMEOUT must be positive, not %s", c.ApprovalTimeout))
+	}
+	if err := c.Notices.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if n := c.Notices; n.Email != "" {
+		if n.Mail == nil && (c.Outbox == nil || c.Outbox.Transport == nil) {
+			errs = append(errs, errors.New("CAIRN_NOTIFY_EMAIL: nothing delivers the mail notices (Notices.Mail: an outbox.SMTPTransport for CAIRN_SMTP_ADDR, or an outbox.FileTransport; or the Outbox's Transport)"))
+		}
+	}
+	if n, o := c.Notices, c.Outbox; n.Webhook != "" && o != nil && o.Allow.Webhook != "" && o.Allow.Webhook != n.Webhook {
+		errs = append(errs, fmt.Errorf("CAIRN_NOTIFY_WEBHOOK %q is not the Outbox's Allow.Webhook %q: the sender allows one webhook", n.Webhook, o.Allow.Webhook))
 	}
 	if o := c.Outbox; o != nil {
 		if o.JS != nil || !o.Space.IsDefault() || o.Stream != "" || o.Consumer != "" || o.Bucket != "" {
@@ -322,7 +358,7 @@ func (h *host) runStep(ctx context.Context, step string) error {
 	store := h.store.As(h.signers[step])
 	r, err := runner.New(runner.Config{
 		JS: c.JS, Space: c.Space(), Store: store, Artifacts: h.artifacts, Handovers: h.handovers, Memo: h.memo, Pipeline: c.Pipeline,
-		StepName: step, Step: c.Steps[step], Heartbeat: c.Heartbeat, Lease: c.Lease, TakeoverGap: c.TakeoverGap,
+		StepName: step, Step: c.Steps[step], Approval: slices.Contains(c.ApprovalSteps, step), Notify: h.notifyAs(step), Heartbeat: c.Heartbeat, Lease: c.Lease, TakeoverGap: c.TakeoverGap,
 		RetryAttempts: c.RetryAttempts, LoopGuard: c.LoopGuard, Concurrency: c.Concurrency, StopGrace: c.StopGrace,
 		Faults: c.Faults, Now: c.Now, Metrics: c.Metrics, Logger: c.Logger.With(slog.String("service", step)),
 		// A run whose steps queued no message is done at once; one with messages stays
@@ -340,7 +376,7 @@ func (h *host) runSupervisor(ctx context.Context) error {
 	s, err := supervisor.New(supervisor.Config{
 		JS: c.JS, Space: c.Space(), Store: h.store.As(h.signers[Supervisor]), Approvers: h.ring, Marks: h.marks, Handovers: h.handovers,
 		NaturalKeys: h.natural, Pipeline: c.Pipeline, Lease: c.Lease, Heartbeat: c.Heartbeat, TakeoverGap: c.TakeoverGap,
-		StallTimeout: c.StallTimeout, OutboxStall: c.OutboxStall, Now: c.Now, Metrics: c.Metrics, Faults: c.Faults,
+		StallTimeout: c.StallTimeout, OutboxStall: c.OutboxStall, ApprovalTimeout: c.ApprovalTimeout, Notify: h.notifyAs(Supervisor), Now: c.Now, Metrics: c.Metrics, Faults: c.Faults,
 		Logger: c.Logger.With(slog.String("service", Supervisor)),
 	})
 	if err != nil {
@@ -382,11 +418,45 @@ func (h *host) settleAs(store *kc.Store) func(ctx context.Context, runID string)
 	}
 }
 
-// runOutbox runs the pipeline's outbox sender on its space's outbox (Config.Outbox).
+// noticeFrom is the address notices are sent as: Notices.From, else the Outbox's, else
+// DefaultFrom.
+func (c Config) noticeFrom() string {
+	switch {
+	case c.Notices.From != "":
+		return c.Notices.From
+	case c.Outbox != nil && c.Outbox.Allow.From != "":
+		return c.Outbox.Allow.From
+	}
+	return DefaultFrom
+}
+
+// notifyAs is the Notify of service name: its notices signed by name's key (nil without
+// notices).
+func (h *host) notifyAs(name string) func(ctx context.Context, kind string, note runner.HandoverNote, generation int, token uint64) {
+	c := h.c
+	return c.Notices.Notifier(c.JS, c.Space(), h.signers[name], c.noticeFrom(), c.Now, c.Logger.With(slog.String("service", name)))
+}
+
+// runOutbox runs the pipeline's outbox sender on its space's outbox (Config.Outbox), which
+// also delivers the notices (Config.Notices).
 func (h *host) runOutbox(ctx context.Context) error {
 	c := h.c
-	oc := *c.Outbox
+	var oc outbox.SenderConfig
+	if c.Outbox != nil {
+		oc = *c.Outbox
+	}
 	oc.JS, oc.Space = c.JS, c.Space()
+	if n := c.Notices; n.Any() {
+		n.From = c.noticeFrom()
+		route := noticeRoute{mail: n.Mail, rest: oc.Transport}
+		if n.Webhook != "" {
+			route.webhook = outbox.WebhookTransport{URL: n.Webhook, Secret: n.Secret, Now: c.Now}
+		}
+		if route.mail == nil {
+			route.mail = oc.Transport
+		}
+		oc.Transport, oc.Allow = route, n.allow(oc.Allow)
+	}
 	if oc.Logger == nil {
 		oc.Logger = c.Logger.With(slog.String("service", OutboxSender))
 	}

@@ -2,8 +2,10 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
@@ -13,9 +15,17 @@ import (
 // the run waits (status waiting_approval, approval {step, plan_digest, since}), the step is pending
 // again and the lease released; the message is acked. With an approval it goes on only
 // while a fresh plan has the approved digest; a plan that changed hands the run over.
-func (r *Runner) approvalGate(ctx context.Context, a *Attempt, h *kc.Holder) (settle settleFunc, wait bool) {
-	p := r.cfg.Step.(Planner)
-	plan, err := p.Plan(ctx, a)
+//
+// unclear, when not empty, says why the run's evidence is unclear before a step that cannot
+// be undone (unclearEvidence). A step configured to wait (Config.Approval) says so in its
+// wait; any other step waits on the evidence itself: its plan is the evidence, so a person's
+// approval of it lets this step and every later step that finds the same evidence go on, and
+// evidence that changed since asks again.
+func (r *Runner) approvalGate(ctx context.Context, a *Attempt, h *kc.Holder, unclear string) (settle settleFunc, wait bool) {
+	plan, err := evidencePlan(unclear)
+	if r.cfg.Approval {
+		plan, err = r.cfg.Step.(Planner).Plan(ctx, a)
+	}
 	if err != nil {
 		return r.fail(ctx, a, h, fmt.Errorf("planning: %w", err)), true
 	}
@@ -24,17 +34,27 @@ func (r *Runner) approvalGate(ctx context.Context, a *Attempt, h *kc.Holder) (se
 		return r.fail(ctx, a, h, Temporary(fmt.Errorf("storing the plan: %w", err))), true
 	}
 	cur, _ := h.Record()
-	if ap := cur.Approval; ap != nil && ap.Step == a.Step && ap.By != nil {
+	switch ap := cur.Approval; {
+	case ap == nil || ap.By == nil:
+	case r.cfg.Approval && ap.Step == a.Step:
 		if ap.PlanDigest != out.Digest {
 			return r.handover(ctx, a, h, fmt.Errorf("the plan of %s changed since it was approved (approved %s, now %s): approve the new plan or rerun", a.Step, ap.PlanDigest, out.Digest)), true
 		}
 		return nil, false
+	case !r.cfg.Approval && ap.PlanDigest == out.Digest:
+		return nil, false // a person approved this evidence already
+	}
+	why := "waiting for a person to approve the plan " + out.Digest
+	next := fmt.Sprintf("waiting for a person to approve the plan of %s (%s, %d bytes): cairn approve %s, or cairn reject %s", a.Step, out.Digest, out.Size, a.RunID, a.RunID)
+	if unclear != "" {
+		why = fmt.Sprintf("the evidence is unclear before %s, which cannot be undone: %s", a.Step, unclear)
+		next = fmt.Sprintf("waiting for a person: %s; approve to go on (cairn approve %s, plan %s), or cairn reject %s", why, a.RunID, out.Digest, a.RunID)
 	}
 	err = h.Release(ctx, func(n *kc.Record) error {
 		n.Status = kc.WaitingApproval
 		n.Approval = &kc.Approval{Step: a.Step, PlanDigest: out.Digest} // since: the store stamps this write's time
 		n.Step(a.Step).Status = kc.Pending
-		n.NextAction = fmt.Sprintf("waiting for a person to approve the plan of %s (%s, %d bytes): cairn approve %s, or cairn reject %s", a.Step, out.Digest, out.Size, a.RunID, a.RunID)
+		n.NextAction = next
 		return nil
 	})
 	if classify(err) == classFenced {
@@ -44,13 +64,48 @@ func (r *Runner) approvalGate(ctx context.Context, a *Attempt, h *kc.Holder) (se
 	if err != nil {
 		return r.fail(ctx, a, h, Temporary(err)), true
 	}
-	r.auditStep(a, "approval.requested", a.Token.Value, out.Digest)
+	r.auditStep(a, "approval.requested", a.Token.Value, cut(strings.TrimSpace(out.Digest+" "+unclear), 400))
 	_ = a.batch.Wait(ctx)
 	waiting, _ := h.Record()
 	r.notify(ctx, "approval", HandoverNote{
 		ID: fmt.Sprintf("%s:approval:%s:%s", a.RunID, a.Step, out.Digest), RunID: a.RunID, Step: a.Step,
-		Error: "waiting for a person to approve the plan " + out.Digest, NextAction: waiting.NextAction, At: r.stamp(),
+		Error: why, NextAction: waiting.NextAction, At: r.stamp(),
 	}, a.Generation, a.Token.Value)
-	a.log.Info("waiting for approval", slog.String("plan", out.Digest))
+	a.log.Info("waiting for approval", slog.String("plan", out.Digest), slog.String("unclear", unclear))
 	return ack, true
+}
+
+// versionChangeNote begins what a step's last error says of a restart under other versions
+// (its code, prompt, schema or model).
+const versionChangeNote = "version change: "
+
+// unclearEvidence says why rec's evidence is unclear before step, "" when it is clear: items
+// an earlier step parked, and a step restarted under other versions than its first attempt's.
+// Each reason names its step, in the pipeline's order, so the same evidence reads the same.
+func unclearEvidence(rec *kc.Record, step string) string {
+	var why []string
+	for _, name := range rec.Pipeline {
+		s := rec.Steps[name]
+		if s == nil || (name != step && s.Status != kc.Verified) {
+			continue
+		}
+		if s.ParkedCount > 0 && name != step {
+			items := "items"
+			if s.ParkedCount == 1 {
+				items = "item"
+			}
+			why = append(why, fmt.Sprintf("%d %s parked at %s", s.ParkedCount, items, name))
+		}
+		if s.LastError != nil && strings.Contains(*s.LastError, versionChangeNote) {
+			why = append(why, fmt.Sprintf("%s was restarted under other versions", name))
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+// evidencePlan is what a person approves when the evidence is unclear: the reasons.
+func evidencePlan(unclear string) ([]byte, error) {
+	return json.Marshal(struct {
+		Unclear string `json:"unclear"`
+	}{unclear})
 }

@@ -83,11 +83,11 @@ func (r *Runner) attempt(ctx context.Context, m jetstream.Msg, ready events.Step
 			s.Attempts++
 			msg := "the previous attempt's owner died or was taken over"
 			if change != "" {
-				msg += "; version change: " + change
+				msg += "; " + versionChangeNote + change
 			}
 			s.SetLastError(msg)
 		} else if change != "" {
-			msg := "version change: " + change
+			msg := versionChangeNote + change
 			if s.LastError != nil {
 				msg += "; before: " + *s.LastError
 			}
@@ -182,8 +182,15 @@ func (r *Runner) hold(ctx context.Context, m jetstream.Msg, a *Attempt, h *kc.Ho
 	if err != nil {
 		return r.fail(ctx, a, h, err)
 	}
-	if r.cfg.Approval {
-		if settle, wait := r.approvalGate(ctx, a, h); wait {
+	// A step that cannot be undone waits for a person while the run's evidence is unclear,
+	// as a step configured to wait for approval always does.
+	var unclear string
+	if r.def.Irreversible {
+		cur, _ := h.Record()
+		unclear = unclearEvidence(cur, a.Step)
+	}
+	if r.cfg.Approval || unclear != "" {
+		if settle, wait := r.approvalGate(ctx, a, h, unclear); wait {
 			return settle
 		}
 	}

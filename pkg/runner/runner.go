@@ -124,6 +124,11 @@ func (c Config) validate() error {
 	if _, ok := c.Step.(Planner); c.Approval && !ok {
 		errs = append(errs, fmt.Errorf("step %q cannot wait for approval: it cannot plan", c.StepName))
 	}
+	if def, ok := c.Pipeline.Step(c.StepName); ok && c.Approval && !def.Leased {
+		// The gate is taken under the step's lease, which moves the whole run to waiting:
+		// a lease-free step would run ungated.
+		errs = append(errs, fmt.Errorf("step %q cannot wait for approval: it takes no lease (declare it Leased)", c.StepName))
+	}
 	if err := declarationsAgree(c); err != nil {
 		errs = append(errs, err)
 	}
