@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/runner"
 )
 
@@ -89,7 +91,7 @@ func cmdHandovers(ctx context.Context, args []string) error {
 }
 
 // printNote prints the run's handover note, for status.
-func printNote(ctx context.Context, js jetstream.JetStream, sp assets.Space, runID string) {
+func printNote(ctx context.Context, out io.Writer, js jetstream.JetStream, sp assets.Space, runID string) {
 	notes, err := js.KeyValue(ctx, sp.Bucket(assets.BucketHandovers))
 	if err != nil {
 		return
@@ -102,16 +104,16 @@ func printNote(ctx context.Context, js jetstream.JetStream, sp assets.Space, run
 	if json.Unmarshal(e.Value(), &n) != nil {
 		return
 	}
-	fmt.Printf("handover note %s (%s)\n  step    %s\n  error   %s\n  done    %d keys, %d messages\n",
+	fmt.Fprintf(out, "handover note %s (%s)\n  step    %s\n  error   %s\n  done    %d keys, %d messages\n",
 		n.ID, n.At, n.Step, n.Error, n.Done.Keys, n.Done.Messages)
-	printDone(n.Done)
-	fmt.Printf("  next    %s\n", n.NextAction)
+	printDone(out, n.Done)
+	fmt.Fprintf(out, "  next    %s\n", n.NextAction)
 }
 
 // printDone shows what each step had done when the run stopped: a verified step's keys and
 // messages as its record says, the stopped step's read back with the keys that stand (the
 // first runner.MaxStanding of them, and where to list them all).
-func printDone(d runner.HandoverDone) {
+func printDone(out io.Writer, d runner.HandoverDone) {
 	for _, s := range d.Steps {
 		line := fmt.Sprintf("    %-13s %d keys, %d messages", s.Step, s.Keys, s.Messages)
 		switch {
@@ -125,16 +127,16 @@ func printDone(d runner.HandoverDone) {
 		if s.Next != "" {
 			line += "; not yet done: " + s.Next
 		}
-		fmt.Println(line)
+		fmt.Fprintln(out, line)
 		for _, k := range s.Standing {
-			fmt.Printf("      stands  %s\n", k)
+			fmt.Fprintf(out, "      stands  %s\n", k)
 		}
 		if s.Where != "" && s.Keys+s.Messages > 0 {
 			more := ""
 			if n := s.Keys + s.Messages - len(s.Standing); n > 0 {
 				more = fmt.Sprintf("%d more; ", n)
 			}
-			fmt.Printf("      %slist them all: %s\n", more, s.Where)
+			fmt.Fprintf(out, "      %slist them all: %s\n", more, s.Where)
 		}
 	}
 }
@@ -379,6 +381,7 @@ type sender struct {
 	js    jetstream.JetStream
 	store *kc.Store
 	space assets.Space                            // the pipeline's: its command and refusal subjects
+	def   pipeline.Definition                     // the pipeline's (a registered one's has no code: no RunID, no CheckInput)
 	sign  func(*kc.Record, *events.Command) error // signs a command for the record it acts on; may be nil
 }
 
@@ -393,10 +396,15 @@ func newSender(ctx context.Context, name string) (*sender, error) {
 		nc.Close()
 		return nil, err
 	}
-	return &sender{nc: nc, js: js, store: p.store, space: p.space}, nil
+	return &sender{nc: nc, js: js, store: p.store, space: p.space, def: p.def}, nil
 }
 
 func (s *sender) close() { s.nc.Close() }
+
+// runs is the sender's pipeline's runs, for follow.
+func (s *sender) runs() pipelineRuns {
+	return pipelineRuns{name: s.def.Name, space: s.space, store: s.store, def: s.def}
+}
 
 // matching lists the runs q matches, oldest first.
 func (s *sender) matching(ctx context.Context, q query) ([]*kc.Record, error) {
@@ -511,7 +519,7 @@ func (s *sender) send(ctx context.Context, runID string, spec verbSpec, c events
 			case spec.verb == events.VerbUndo:
 				return followUndo(ctx, s.store, w, c.RequestID, r)
 			default:
-				return follow(ctx, s.js, runID)
+				return follow(ctx, os.Stdout, s.js, s.runs(), runID)
 			}
 		}
 	}

@@ -87,7 +87,11 @@ func cmdDemo(ctx context.Context, args []string) error {
 	js, _ := jetstream.New(nc)
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	if err := follow(fctx, js, run); err != nil {
+	p, err := openOne(fctx, js, "")
+	if err != nil {
+		return err
+	}
+	if err := follow(fctx, os.Stdout, js, p, run); err != nil {
 		return err
 	}
 	rec, err := chaos.WaitDone(ctx, js, run, time.Minute)

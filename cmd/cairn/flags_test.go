@@ -22,6 +22,7 @@ func TestEveryCommandsFlags(t *testing.T) {
 	for name, cmd := range map[string]func(context.Context, []string) error{
 		"undo": cmdUndo, "resume": cmdResume, "rerun": cmdRerun, "cancel": cmdCancel, "approve": cmdApprove, "reject": cmdReject,
 		"start": cmdStart, "status": cmdStatus, "runs": cmdRuns, "timeline": cmdTimeline, "handovers": cmdHandovers,
+		"rejected": cmdRejected,
 	} {
 		func() {
 			defer func() {

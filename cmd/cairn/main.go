@@ -22,12 +22,13 @@ commands:
   init      create the NATS assets, or check the existing ones (every registered pipeline's too)
   dev       run an embedded nats-server, init, and every service in one process
   gen       generate one night's data (invoices, ERP tables, ground truth)
-  start     start a run (--wait to follow it until it is done)
+  start     start a run of the night (--warehouse, --date) or of a registered pipeline (--pipeline NAME --input KEY=VALUE or --json '{...}'); --wait to follow it; a refused start exits 1
   runs      list every pipeline's runs: status, current step, age, restarts (--status S[,S], --step STEP, --pipeline NAME, --json)
   permissions  permissions --pipeline NAME: the NATS user a registered pipeline's services connect as (--json)
   timeline  a run's timeline from the audit: each step's times, attempts and restarts, then the run's events (--json)
   status    print a run's checkpoint and its handover note (--json for the raw record)
   handovers list the runs handed to a person, with what stopped them
+  rejected  list the refused input of the night (or --pipeline NAME): time, run, subject, reason (--run RUN, --last N, --json)
   resume    resume a handed-over or cancelled run (--after-fix once the cause is fixed)
   cancel    stop a run at the next step boundary (it can be resumed)
   rerun     run a run again from a step (--from STEP), keeping the earlier steps' outputs
@@ -63,7 +64,7 @@ func main() {
 		"init": cmdInit, "dev": cmdDev, "gen": cmdGen, "start": cmdStart, "status": cmdStatus, "demo": cmdDemo,
 		"handovers": cmdHandovers, "resume": cmdResume, "cancel": cmdCancel, "rerun": cmdRerun, "undo": cmdUndo, "faultmap": cmdFaultmap,
 		"runs": cmdRuns, "timeline": cmdTimeline, "approve": cmdApprove, "approver": cmdApprover, "reject": cmdReject, "diff": cmdDiff, "fences": cmdFences, "chaos": cmdChaos, "bench": cmdBench,
-		"ready": cmdReady, "permissions": cmdPermissions, "seeds": cmdSeeds, "service": cmdService,
+		"ready": cmdReady, "permissions": cmdPermissions, "seeds": cmdSeeds, "service": cmdService, "rejected": cmdRejected,
 	}
 	name := os.Args[1]
 	if name == "-h" || name == "--help" || name == "help" {
@@ -76,19 +77,26 @@ func main() {
 		os.Exit(2)
 	}
 	err := cmd(ctx, os.Args[2:])
+	if code := exitOf(err); code != 0 {
+		fmt.Fprintf(os.Stderr, "cairn %s: %v\n", name, err)
+		os.Exit(code)
+	}
+}
+
+// exitOf is the exit code of a command's error: 0 for none (or -h), 2 for a wrong command
+// line or setting, the code an exitCode carries (a run handed over: 3), and 1 for any other,
+// a refused start (*app.Refused) among them.
+func exitOf(err error) int {
 	var code exitCode
 	switch {
-	case err == nil:
-	case errors.Is(err, flag.ErrHelp):
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
 	case errors.Is(err, errUsage), errors.Is(err, service.ErrSetting):
-		fmt.Fprintf(os.Stderr, "cairn %s: %v\n", name, err)
-		os.Exit(2)
+		return 2
 	case errors.As(err, &code):
-		fmt.Fprintf(os.Stderr, "cairn %s: %v\n", name, err)
-		os.Exit(code.code)
+		return code.code
 	default:
-		fmt.Fprintf(os.Stderr, "cairn %s: %v\n", name, err)
-		os.Exit(1)
+		return 1
 	}
 }
 

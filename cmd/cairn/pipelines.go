@@ -17,6 +17,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/identity"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/pipeline"
 )
 
 // pipelineRuns is one pipeline's checkpoint bucket, for the commands that read every
@@ -26,6 +27,7 @@ type pipelineRuns struct {
 	name  string
 	space assets.Space
 	store *kc.Store
+	def   pipeline.Definition // the night's, or what a registered pipeline's Init recorded of its
 }
 
 // openPipelines opens the runs of the night and of every registered pipeline, each checked
@@ -41,7 +43,7 @@ func openPipelines(ctx context.Context, js jetstream.JetStream, only string) ([]
 		store, err := openRuns(ctx, js)
 		switch {
 		case err == nil:
-			out = append(out, pipelineRuns{name: night.Pipeline.Name, store: store})
+			out = append(out, pipelineRuns{name: night.Pipeline.Name, store: store, def: night.Pipeline})
 		case only != "" || len(regs) == 0 || !errors.Is(err, jetstream.ErrBucketNotFound):
 			return nil, err
 		}
@@ -62,7 +64,7 @@ func openPipelines(ctx context.Context, js jetstream.JetStream, only string) ([]
 		if err != nil {
 			return nil, fmt.Errorf("pipeline %s: %w", r.Name, err)
 		}
-		out = append(out, pipelineRuns{name: r.Name, space: sp, store: store})
+		out = append(out, pipelineRuns{name: r.Name, space: sp, store: store, def: r.Definition()})
 	}
 	if only != "" && len(out) == 0 {
 		_, err := app.Registered(ctx, js, only)
@@ -75,7 +77,7 @@ func openPipelines(ctx context.Context, js jetstream.JetStream, only string) ([]
 func openOne(ctx context.Context, js jetstream.JetStream, name string) (pipelineRuns, error) {
 	if name == "" {
 		store, err := openRuns(ctx, js)
-		return pipelineRuns{name: night.Pipeline.Name, store: store}, err
+		return pipelineRuns{name: night.Pipeline.Name, store: store, def: night.Pipeline}, err
 	}
 	ps, err := openPipelines(ctx, js, name)
 	if err != nil {

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,11 +22,13 @@ import (
 	"github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/internal/recon"
 	"github.com/cairnhq/cairn/internal/service"
+	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/identity"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/outbox"
+	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/saga"
 	"github.com/cairnhq/cairn/pkg/supervisor"
 )
@@ -59,131 +65,148 @@ func cmdGen(ctx context.Context, args []string) error {
 	return nil
 }
 
-func cmdStart(ctx context.Context, args []string) error {
+func cmdStart(ctx context.Context, args []string) error { return runStart(ctx, os.Stdout, args) }
+
+// runStart is cairn start, printing to out: a run of the reference night (--warehouse,
+// --date) or of a registered pipeline (--pipeline, its input by --input and --json).
+func runStart(ctx context.Context, out io.Writer, args []string) error {
 	fs := flag.NewFlagSet("start", flag.ContinueOnError)
-	wh := fs.String("warehouse", "", "warehouse code (required)")
-	date := fs.String("date", "", "night's date, YYYY-MM-DD (required)")
-	runID := fs.String("run-id", "", "run id (default run-<date>-<warehouse>)")
-	shadow := fs.Bool("shadow", false, "write to the shadow tables and mail folder")
+	wh := fs.String("warehouse", "", "the night's warehouse code (required without --pipeline)")
+	date := fs.String("date", "", "the night's date, YYYY-MM-DD (required without --pipeline)")
+	only := fs.String("pipeline", "", "start a run of this registered pipeline (default: the reference night)")
+	members := inputFlags{}
+	fs.Var(members, "input", "with --pipeline: a member of the run's input, KEY=VALUE, the value a string (repeatable)")
+	raw := fs.String("json", "", `with --pipeline: the run's input as a JSON object, '{"source":"records.jsonl"}' (with --input: both, no member twice)`)
+	runID := fs.String("run-id", "", "run id (default: the night's run-<date>-<warehouse>, a pipeline's run-<16 hex of its input>)")
+	shadow := fs.Bool("shadow", false, "a shadow run: the night writes to the shadow tables and mail folder")
 	wait := fs.Bool("wait", false, "follow the run until it is done; exit 3 when it is handed over")
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
 		return err
 	}
-	cmd := events.StartCommand{RequestID: "cli-" + nuid.Next(), RunID: *runID, Shadow: *shadow,
-		Params: kc.StringParams(false, night.ParamWarehouse, *wh, night.ParamDate, *date).Input}
+	if len(pos) != 0 {
+		return fmt.Errorf("%w: start takes no arguments, got %q (--input KEY=VALUE gives a pipeline's input)", errUsage, pos)
+	}
+	cmd := events.StartCommand{RequestID: "cli-" + nuid.Next(), RunID: *runID, Shadow: *shadow}
+	hosted := *only != "" && *only != night.Pipeline.Name
+	if hosted {
+		if *wh != "" || *date != "" {
+			return fmt.Errorf("%w: --warehouse and --date are the night's; pipeline %s takes its input by --input KEY=VALUE or --json", errUsage, *only)
+		}
+		if cmd.Params, err = members.with(*raw); err != nil {
+			return fmt.Errorf("%w: start: %v", errUsage, err)
+		}
+	} else {
+		if len(members) > 0 || *raw != "" {
+			return fmt.Errorf("%w: the night takes --warehouse and --date, not --input or --json (those are a hosted pipeline's, with --pipeline)", errUsage)
+		}
+		cmd.Params = kc.StringParams(false, night.ParamWarehouse, *wh, night.ParamDate, *date).Input
+		if err := night.CheckInput(cmd.Params); err != nil {
+			return fmt.Errorf("%w: start: %v", errUsage, err)
+		}
+	}
 	if err := cmd.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	if err := night.CheckInput(cmd.Params); err != nil {
-		return fmt.Errorf("%w: start: %v", errUsage, err)
+	name := "" // the night's
+	if hosted {
+		name = *only
 	}
-	s, err := newSender(ctx, "")
+	s, err := newSender(ctx, name)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	return s.start(ctx, cmd, *wait)
+	return s.start(ctx, out, cmd, *wait)
 }
 
-// start publishes a start and waits for the supervisor's answer: the run's record made by
-// this start, or its refusal on cairn.rejected (the run id exists with other parameters, or
-// another run has this input already: the refusal names it, and cairn start exits 1). The
-// same start of an existing run makes no second one; it says so.
-func (s *sender) start(ctx context.Context, cmd events.StartCommand, wait bool) error {
+// startLimit bounds how long cairn start waits for the supervisor's answer.
+const startLimit = 30 * time.Second
+
+// start sends a start and waits for the supervisor's answer (app.StartIn): the run's record
+// made by this start, or the refusal (the run id exists with other parameters, or another
+// run has this input already: the refusal names it, and cairn start exits 1). The same start
+// of an existing run makes no second one; it says so.
+func (s *sender) start(ctx context.Context, out io.Writer, cmd events.StartCommand, wait bool) error {
+	if cmd.RunID == "" {
+		cmd.RunID = s.def.DefaultRunID(cmd.Params)
+	}
 	run := cmd.RunID
-	if run == "" {
-		run = night.Pipeline.DefaultRunID(cmd.Params)
-	}
-	params := kc.Params{Input: cmd.Params, Shadow: cmd.Shadow}
-	existing, rev, err := s.store.Load(ctx, run)
-	if err != nil && !errors.Is(err, kc.ErrNotFound) {
-		if errors.Is(err, kc.ErrCorrupt) || errors.Is(err, kc.ErrForeignEpoch) || errors.Is(err, kc.ErrNewerSchema) {
-			return damaged(run, rev, err)
-		}
+	actx, cancel := context.WithTimeout(ctx, startLimit)
+	defer cancel()
+	started, err := app.StartIn(actx, s.js, s.space, "/cairn/cli", cmd)
+	switch {
+	case errors.Is(err, kc.ErrCorrupt), errors.Is(err, kc.ErrForeignEpoch), errors.Is(err, kc.ErrInvariant):
+		return exitCode{code: 3, err: fmt.Errorf("%w: not started (cairn status %s --json shows the record raw)", err, run)}
+	case errors.Is(err, kc.ErrNewerSchema):
+		return exitCode{code: 3, err: fmt.Errorf("%w: use the newer release's cairn", err)}
+	case errors.Is(err, app.ErrNoAnswer) && ctx.Err() == nil:
+		return fmt.Errorf("start of %s sent (request %s) but not answered within %s: is the supervisor running?", run, cmd.RequestID, startLimit)
+	case err != nil:
 		return err
 	}
-	e, err := events.New(cmd.RequestID, events.TypeRunStart, "/cairn/cli", run, time.Now(), cmd)
-	if err != nil {
-		return err
+	if started.Again {
+		fmt.Fprintf(out, "run %s exists already (%s): the same start makes one run\n", run, started.Record.Status)
+	} else {
+		fmt.Fprintf(out, "started %s\n", run)
 	}
-	m, err := events.Encode(events.RunStartSubject, e)
-	if err != nil {
-		return err
+	if !wait {
+		return nil
 	}
-	rejected := make(chan *nats.Msg, 16)
-	sub, err := s.nc.ChanSubscribe(events.RejectedSubject, rejected)
-	if err != nil {
-		return err
+	return follow(ctx, out, s.js, s.runs(), run)
+}
+
+// inputFlags collects a hosted pipeline's input members, KEY=VALUE (cairn start --input).
+type inputFlags map[string]string
+
+func (f inputFlags) String() string { return attrFlags(f).String() }
+
+func (f inputFlags) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%q is not KEY=VALUE", v)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	w, err := s.store.KV().Watch(ctx, run, jetstream.UpdatesOnly())
-	if err != nil {
-		return err
+	if _, dup := f[k]; dup {
+		return fmt.Errorf("member %s given twice", k)
 	}
-	defer func() { _ = w.Stop() }()
-	if _, err := s.js.PublishMsg(ctx, m); err != nil {
-		return fmt.Errorf("publishing the start (is cairn dev or the supervisor running?): %w", err)
-	}
-	again := func(r *kc.Record) error {
-		fmt.Printf("run %s exists already (%s): the same start makes one run\n", run, r.Status)
-		if !wait {
-			return nil
-		}
-		return follow(ctx, s.js, run)
-	}
-	if existing != nil && existing.Params.Equal(params) {
-		return again(existing) // the supervisor only sends a pending first step's event again
-	}
-	limit := time.NewTimer(30 * time.Second)
-	defer limit.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-limit.C:
-			if r, _, err := s.store.Load(ctx, run); err == nil && r.Params.Equal(params) {
-				return again(r) // made in between by another start of the same run
-			}
-			return fmt.Errorf("start of %s sent (request %s) but not applied within 30s: is the supervisor running?", run, cmd.RequestID)
-		case rm := <-rejected:
-			if reason, ours := rejectionOf(rm, cmd.RequestID); ours {
-				return fmt.Errorf("start of %s refused: %s", run, reason)
-			}
-		case e := <-w.Updates():
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			r, err := decodeEntry(ctx, s.store, e)
-			if err != nil {
-				return err
-			}
-			if !r.HasRequest(cmd.RequestID) {
-				continue
-			}
-			fmt.Printf("started %s\n", run)
-			if !wait {
-				return nil
-			}
-			return follow(ctx, s.js, run)
+	f[k] = val
+	return nil
+}
+
+// with is the input: f's members, each a JSON string, and those of the JSON object raw.
+func (f inputFlags) with(raw string) (map[string]json.RawMessage, error) {
+	input := map[string]json.RawMessage{}
+	if raw != "" {
+		if err := json.Unmarshal([]byte(raw), &input); err != nil || input == nil {
+			return nil, fmt.Errorf("--json is not a JSON object: %s", raw)
 		}
 	}
+	for k, v := range f {
+		if _, dup := input[k]; dup {
+			return nil, fmt.Errorf("member %s given by both --input and --json", k)
+		}
+		input[k], _ = json.Marshal(v)
+	}
+	for _, k := range []string{"run_id", "request_id", "shadow"} {
+		if _, ok := input[k]; ok {
+			return nil, fmt.Errorf("%s is the framework's member, not the input's (--run-id, --shadow)", k)
+		}
+	}
+	return input, nil
 }
 
 // follow prints the run's progress until it is done or handed over: a line per step, and
 // every half second the items done within the step (documents read, answers, writes) as the
 // timeline and the saga records tell them.
-func follow(ctx context.Context, js jetstream.JetStream, run string) error {
-	store, err := openRuns(ctx, js)
-	if err != nil {
-		return err
-	}
+func follow(ctx context.Context, out io.Writer, js jetstream.JetStream, p pipelineRuns, run string) error {
+	store, sp := p.store, p.space
 	w, err := store.KV().Watch(ctx, run)
 	if err != nil {
 		return err
 	}
 	defer w.Stop()
 	items := make(chan string, 1024) // the step of each item done
-	for _, subject := range []string{events.AuditSubject(run), "cairn.saga." + run + ".>"} {
+	for _, subject := range []string{sp.Audit(run), sp.Saga(run, ">")} {
 		sub, err := js.Conn().Subscribe(subject, func(m *nats.Msg) {
 			if step := itemStep(m); step != "" {
 				select {
@@ -211,7 +234,7 @@ func follow(ctx context.Context, js jetstream.JetStream, run string) error {
 		case <-tick.C:
 			if current != "" && done[current] != shown[current] {
 				shown[current] = done[current]
-				fmt.Printf("%s  %s: %d items done\n", run, current, done[current])
+				fmt.Fprintf(out, "%s  %s: %d items done\n", run, current, done[current])
 			}
 		case e := <-w.Updates():
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
@@ -223,7 +246,7 @@ func follow(ctx context.Context, js jetstream.JetStream, run string) error {
 			}
 			current = r.Current()
 			if line := progress(r); line != last {
-				fmt.Println(line)
+				fmt.Fprintln(out, line)
 				last = line
 			}
 			switch r.Status {
@@ -278,7 +301,10 @@ func inHand(r *kc.Record) string {
 	return cmp.Or(r.Current(), "-")
 }
 
-func cmdStatus(ctx context.Context, args []string) error {
+func cmdStatus(ctx context.Context, args []string) error { return runStatus(ctx, os.Stdout, args) }
+
+// runStatus is cairn status, printing to out.
+func runStatus(ctx context.Context, out io.Writer, args []string) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	raw := fs.Bool("json", false, "print the raw checkpoint record")
 	only := fs.String("pipeline", "", "the run's pipeline (default: the reference night)")
@@ -308,7 +334,7 @@ func cmdStatus(ctx context.Context, args []string) error {
 		return err
 	}
 	if *raw {
-		fmt.Println(string(e.Value()))
+		fmt.Fprintln(out, string(e.Value()))
 		return nil
 	}
 	r, err := store.DecodeEntry(ctx, run, e.Value(), e.Revision())
@@ -316,26 +342,26 @@ func cmdStatus(ctx context.Context, args []string) error {
 		return fmt.Errorf("run %s: %w: use the newer release's cairn (or --json for the raw record)", run, err)
 	}
 	if err != nil {
-		fmt.Printf("run %s: the checkpoint (revision %d) is damaged, not trusted: %v\n", run, e.Revision(), err)
-		printNote(ctx, js, sp, run)
+		fmt.Fprintf(out, "run %s: the checkpoint (revision %d) is damaged, not trusted: %v\n", run, e.Revision(), err)
+		printNote(ctx, out, js, sp, run)
 		return exitCode{code: 3, err: fmt.Errorf("checkpoint of %s not trusted", run)}
 	}
-	printRecord(r, e.Revision())
+	printRecord(out, r, e.Revision(), p.def)
 	if r.Status == kc.Finishing || (r.Status == kc.HandedOver && r.Current() == "") {
-		printUndelivered(ctx, js, sp, r)
+		printUndelivered(ctx, out, js, sp, r)
 	}
 	if r.Handover != nil {
-		printNote(ctx, js, sp, r.RunID)
+		printNote(ctx, out, js, sp, r.RunID)
 	}
 	return nil
 }
 
 // printUndelivered shows the mail a finishing run waits on: each message not yet marked sent
 // or cancelled, and what its mark says.
-func printUndelivered(ctx context.Context, js jetstream.JetStream, sp assets.Space, r *kc.Record) {
+func printUndelivered(ctx context.Context, out io.Writer, js jetstream.JetStream, sp assets.Space, r *kc.Record) {
 	marks, err := js.KeyValue(ctx, sp.Bucket(assets.BucketOutbox))
 	if err != nil {
-		fmt.Printf("outbox     unknown: %v\n", err)
+		fmt.Fprintf(out, "outbox     unknown: %v\n", err)
 		return
 	}
 	// What the sender would send: a forged message (refused on cairn.rejected) is not waited on.
@@ -345,10 +371,10 @@ func printUndelivered(ctx context.Context, js jetstream.JetStream, sp assets.Spa
 	}
 	pending, queued, err := supervisor.Undelivered(ctx, js, sp, trust, marks, r)
 	if err != nil {
-		fmt.Printf("outbox     unknown: %v\n", err)
+		fmt.Fprintf(out, "outbox     unknown: %v\n", err)
 		return
 	}
-	fmt.Printf("outbox     %d undelivered of %d queued\n", len(pending), queued)
+	fmt.Fprintf(out, "outbox     %d undelivered of %d queued\n", len(pending), queued)
 	for _, p := range pending {
 		what := "queued, not yet taken"
 		switch p.Mark {
@@ -357,21 +383,22 @@ func printUndelivered(ctx context.Context, js jetstream.JetStream, sp assets.Spa
 		case outbox.Refused:
 			what = "refused for good: fix the cause, then cairn resume " + r.RunID
 		}
-		fmt.Printf("  %-40s %s\n", p.Message.Key, what)
+		fmt.Fprintf(out, "  %-40s %s\n", p.Message.Key, what)
 	}
 }
 
-func printRecord(r *kc.Record, rev uint64) {
-	fmt.Printf("run        %s (revision %d, written %s, last progress %s)\nparams     warehouse %s, date %s, shadow %t\nstatus     %s\nrestarts   %d   generation %d\nnext       %s\n",
-		r.RunID, rev, r.UpdatedAt, r.ProgressedAt, night.WarehouseOf(r.Params), night.DateOf(r.Params), r.Params.Shadow, r.Status, r.Restarts, r.Generation, r.NextAction)
+// printRecord prints a run's record; def is its pipeline's, whose input it names in order.
+func printRecord(out io.Writer, r *kc.Record, rev uint64, def pipeline.Definition) {
+	fmt.Fprintf(out, "run        %s (revision %d, written %s, last progress %s)\nparams     %s\nstatus     %s\nrestarts   %d   generation %d\nnext       %s\n",
+		r.RunID, rev, r.UpdatedAt, r.ProgressedAt, inputText(def, r.Params), r.Status, r.Restarts, r.Generation, r.NextAction)
 	if r.Lease != nil {
-		fmt.Printf("lease      %s, step %s, token %d\n", r.Lease.Owner, r.Lease.Step, r.Lease.Token)
+		fmt.Fprintf(out, "lease      %s, step %s, token %d\n", r.Lease.Owner, r.Lease.Step, r.Lease.Token)
 	}
 	if r.Handover != nil {
-		fmt.Printf("handover   %s\n", *r.Handover)
+		fmt.Fprintf(out, "handover   %s\n", *r.Handover)
 	}
 	for _, c := range r.Commands {
-		fmt.Printf("waiting    %s %s, asked by %s at %s: for the run's lease\n", c.Verb, c.RequestID, c.By, c.At)
+		fmt.Fprintf(out, "waiting    %s %s, asked by %s at %s: for the run's lease\n", c.Verb, c.RequestID, c.By, c.At)
 	}
 	if a := r.Approval; a != nil {
 		who := "not yet approved: cairn approve " + r.RunID + " or cairn reject " + r.RunID
@@ -381,10 +408,10 @@ func printRecord(r *kc.Record, rev uint64) {
 				who += " at " + *a.At
 			}
 		}
-		fmt.Printf("approval   step %s, plan %s, asked for at %s, %s\n", a.Step, a.PlanDigest, a.Since, who)
+		fmt.Fprintf(out, "approval   step %s, plan %s, asked for at %s, %s\n", a.Step, a.PlanDigest, a.Since, who)
 	}
-	printCode(r)
-	fmt.Println("steps:")
+	printCode(out, r)
+	fmt.Fprintln(out, "steps:")
 	for i, name := range r.Pipeline {
 		s := r.Step(name)
 		line := fmt.Sprintf("  %d. %-13s %-11s attempts %d", i+1, name, s.Status, s.Attempts)
@@ -398,6 +425,38 @@ func printRecord(r *kc.Record, rev uint64) {
 		if s.LastError != nil {
 			line += ", last error: " + *s.LastError
 		}
-		fmt.Println(line)
+		fmt.Fprintln(out, line)
 	}
+}
+
+// inputText is a run's input in a line, its pipeline's members in their declared order, then
+// the others sorted: "warehouse ldh, date 2026-10-13, shadow false" for the night,
+// "source records.jsonl, shadow false" for a run of enrich. A string is shown as it is, any
+// other value as its JSON.
+func inputText(def pipeline.Definition, p kc.Params) string {
+	var parts []string
+	names := slices.Clone(def.Input)
+	for _, k := range p.Names() {
+		if !slices.Contains(names, k) {
+			names = append(names, k)
+		}
+	}
+	for _, k := range names {
+		v, ok := p.Input[k]
+		if !ok {
+			continue
+		}
+		text := string(v)
+		var str string
+		if json.Unmarshal(v, &str) == nil {
+			text = str
+		} else {
+			var c bytes.Buffer
+			if json.Compact(&c, v) == nil {
+				text = c.String()
+			}
+		}
+		parts = append(parts, k+" "+text)
+	}
+	return strings.Join(append(parts, fmt.Sprintf("shadow %t", p.Shadow)), ", ")
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
@@ -20,9 +21,9 @@ func codeVersions(r *kc.Record) []string {
 }
 
 // printCode prints the code the run's steps ran under (cairn status).
-func printCode(r *kc.Record) {
+func printCode(out io.Writer, r *kc.Record) {
 	if vs := codeVersions(r); len(vs) > 0 {
-		fmt.Printf("code       %s\n", strings.Join(vs, " then "))
+		fmt.Fprintf(out, "code       %s\n", strings.Join(vs, " then "))
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/pkg/assets"
@@ -16,9 +15,14 @@ import (
 )
 
 // Start asks the supervisor of pipeline name to start run runID on input, the pipeline's own
-// members (its Definition.CheckInput validates them), on its space's start subject: a flat
-// JSON object, as `nats pub cairn.enrich.runs.start '{"run_id":"r-1","source":"records.jsonl"}'`
-// sends it to pipeline enrich. Publishing the same start twice starts one run.
+// members (its Definition.CheckInput validates them), and waits for its answer (StartIn): nil
+// once the run exists, a *Refused when the supervisor refuses the start (another run has
+// this input already, naming it; the run exists with other input; the input is not the
+// pipeline's), and an error wrapping ErrNoAnswer when ctx ends first, so give ctx a
+// deadline. The start is the JSON object a plain `nats pub
+// cairn.enrich.runs.start '{"run_id":"r-1","source":"records.jsonl"}'` sends to pipeline
+// enrich, with a request id made of the run id and the input: the same start sent twice
+// starts one run.
 func Start(ctx context.Context, js jetstream.JetStream, name, runID string, input map[string]any) error {
 	sp, err := assets.SpaceOf(name)
 	if err != nil {
@@ -32,17 +36,12 @@ func Start(ctx context.Context, js jetstream.JetStream, name, runID string, inpu
 		}
 		params[k] = b
 	}
-	body, err := json.Marshal(events.StartCommand{RunID: runID, RequestID: "start-" + runID, Params: params})
+	id, err := startID(runID, params)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", runID, err)
 	}
-	m := nats.NewMsg(sp.RunStart())
-	m.Data = body
-	m.Header.Set(jetstream.MsgIDHeader, "start-"+runID)
-	if _, err := js.PublishMsg(ctx, m); err != nil {
-		return fmt.Errorf("start %s: %w", runID, err)
-	}
-	return nil
+	_, err = StartIn(ctx, js, sp, "/cairn/app", events.StartCommand{RunID: runID, RequestID: id, Params: params})
+	return err
 }
 
 // Command sends a command to pipeline name's run runID, as `cairn resume`, `cairn rerun
@@ -85,7 +84,9 @@ func Ended(s kc.Status) bool {
 }
 
 // Wait reads the checkpoint of pipeline name's run runID until the run has ended (Ended)
-// and returns its record, or ctx's error with the last record read.
+// and returns its record, or ctx's error with the last record read. While the run has no
+// record, Wait follows the refusals of its starts too: one refused (Start's *Refused) ends
+// the wait with that *Refused, for no run will come of it.
 func Wait(ctx context.Context, js jetstream.JetStream, name, runID string) (*kc.Record, error) {
 	sp, err := assets.SpaceOf(name)
 	if err != nil {
@@ -95,23 +96,51 @@ func Wait(ctx context.Context, js jetstream.JetStream, name, runID string) (*kc.
 	if err != nil {
 		return nil, err
 	}
-	var last *kc.Record
+	var (
+		last     *kc.Record
+		refusals <-chan refusal // while the run has no record
+		stop     = func() {}
+		refused  *refusal
+	)
+	defer func() { stop() }()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		rec, _, err := store.Load(ctx, runID)
 		switch {
 		case err == nil:
+			if refusals != nil { // the run exists: its refused starts are history
+				stop()
+				refusals, stop, refused = nil, func() {}, nil
+			}
 			last = rec
 			if Ended(rec.Status) {
 				return rec, nil
 			}
 		case !errors.Is(err, kc.ErrNotFound):
 			return last, err
+		case refused != nil:
+			holder := ""
+			if refused.params != nil {
+				holder = holderOf(ctx, js, sp, runID, *refused.params)
+			}
+			return nil, refused.refused(holder)
+		case refusals == nil:
+			st, err := js.Stream(ctx, sp.Stream(assets.StreamRejected))
+			if err != nil {
+				return nil, fmt.Errorf("waiting for run %s: the refusals' stream: %w", runID, err)
+			}
+			follow, end, err := followRefusals(ctx, js, sp, st, runID, 1, func(refusal) bool { return true })
+			if err != nil {
+				return nil, fmt.Errorf("waiting for run %s: %w", runID, err)
+			}
+			refusals, stop = follow, end
 		}
 		select {
 		case <-ctx.Done():
 			return last, fmt.Errorf("waiting for run %s to end: %w", runID, ctx.Err())
+		case r := <-refusals:
+			refused = &r // read the record again at once: a later start may have made it
 		case <-tick.C:
 		}
 	}

@@ -329,8 +329,11 @@ func (c Config) trial(ctx context.Context, name, fault string) (*trialRun, error
 		return nil, err
 	}
 	defer func() { svc.stop(20 * time.Second) }()
-	if err := app.Start(ctx, js, c.Pipeline, RunID, hello.Input); err != nil {
-		return nil, err
+	sctx, cancel := context.WithTimeout(ctx, c.Limit)
+	err = app.Start(sctx, js, c.Pipeline, RunID, hello.Input) // the service answers it before any crash point
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("%w; the service's log ends:\n%s", err, svc.logEnd())
 	}
 	var restarted time.Time
 	if fault != "" {

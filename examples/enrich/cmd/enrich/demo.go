@@ -178,11 +178,11 @@ func demoCairn(ctx context.Context, dir, source string, apis *stubapi.APIs, fail
 		f.Stop(sctx)
 	}()
 	runID := "enrich-demo"
-	if err := app.Start(ctx, js, enrich.Pipeline.Name, runID, map[string]any{enrich.ParamSource: source}); err != nil {
-		return tally{}, err
-	}
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
+	if err := app.Start(wctx, js, enrich.Pipeline.Name, runID, map[string]any{enrich.ParamSource: source}); err != nil {
+		return tally{}, err
+	}
 	rec, err := app.Wait(wctx, js, enrich.Pipeline.Name, runID)
 	if err != nil {
 		return tally{}, err

@@ -310,13 +310,17 @@ func TestKilledDuringAnEnrichmentCall(t *testing.T) {
 }
 
 // The same records file started twice under two run ids: the second start is refused,
-// naming the first run, and nothing is uploaded again.
+// naming the first run (app.Start returns the refusal), and nothing is uploaded again.
 func TestSameInputStartedTwice(t *testing.T) {
 	t.Parallel()
 	j := newJob(t, 10, stubapi.Config{})
 	j.checkOnce(j.run("run-first"), nil)
-	if err := app.Start(t.Context(), j.js, enrich.Pipeline.Name, "run-second", map[string]any{enrich.ParamSource: j.source}); err != nil {
-		t.Fatal(err)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	err := app.Start(ctx, j.js, enrich.Pipeline.Name, "run-second", map[string]any{enrich.ParamSource: j.source})
+	var refused *app.Refused
+	if !errors.As(err, &refused) || refused.Holder != "run-first" {
+		t.Fatalf("the second start: %v, want a refusal naming run-first", err)
 	}
 	rej := j.rejection("run-second")
 	if want := "run run-first has this input already"; !strings.Contains(rej.Reason, want) {
