@@ -331,6 +331,22 @@ func (uploadStep) CheckSource(ctx context.Context, a *runner.Attempt, fingerprin
 	return checkSource(a, fingerprint)
 }
 
+// Plan is what upload will write, with no effect: each record's key, in order, so that a
+// person can approve it before anything is sent (CAIRN_APPROVAL_STEPS=upload).
+func (uploadStep) Plan(ctx context.Context, a *runner.Attempt) ([]byte, error) {
+	var in []records.Upload
+	if err := input(ctx, a, Transform, &in); err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(in))
+	for i, u := range in {
+		keys[i] = uploadKey(a.RunID, u.ID)
+	}
+	return json.Marshal(struct {
+		Uploads []string `json:"uploads"`
+	}{keys})
+}
+
 func (s uploadStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
 	var in []records.Upload
 	if err := input(ctx, a, Transform, &in); err != nil {

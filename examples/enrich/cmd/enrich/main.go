@@ -54,6 +54,10 @@ type Settings struct {
 	// another: how soon a side-by-side (lease-free) step's work resumes after its worker died.
 	AckWait time.Duration `envconfig:"CAIRN_ACK_WAIT" default:"30s"`
 	Faults  string        `envconfig:"CAIRN_FAULTS"`
+	// The settings every hosted pipeline takes: approval gates (CAIRN_APPROVAL_STEPS=upload,
+	// CAIRN_APPROVAL_TIMEOUT) and notices (CAIRN_NOTIFY_EMAIL, CAIRN_NOTIFY_WEBHOOK,
+	// CAIRN_NOTIFY_SECRET, CAIRN_SMTP_ADDR, CAIRN_MAIL_DIR).
+	app.Settings
 }
 
 func load() (Settings, error) {
@@ -75,6 +79,9 @@ func load() (Settings, error) {
 	}
 	if s.GeoRPS <= 0 {
 		errs = append(errs, fmt.Errorf("ENRICH_GEO_RPS must be positive, not %g", s.GeoRPS))
+	}
+	if err := s.Settings.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return s, errors.Join(errs...)
 }
@@ -132,12 +139,14 @@ func config(ctx context.Context, js jetstream.JetStream, s Settings) (app.Config
 	if err != nil {
 		return app.Config{}, fmt.Errorf("CAIRN_FAULTS: %w", err)
 	}
-	return app.Config{
+	c := app.Config{
 		JS: js, Pipeline: enrich.Pipeline, Steps: steps, Systems: systems, KeysDir: filepath.Join(s.DataDir, "keys"),
 		Limits: map[string]ratelimit.Limit{enrich.RateSetting: enrich.GeoLimit(s.GeoRPS)},
 		Lease:  s.Lease, Heartbeat: s.Heartbeat, AckWait: s.AckWait, Faults: fs,
 		Logger: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	}, nil
+	}
+	s.Settings.Apply(&c)
+	return c, nil
 }
 
 // initConfig is what app.Init needs of the job whose data directory is dir: no steps, the
