@@ -17,6 +17,17 @@
 // with events.VerbUndo, a scope selecting effects by their attributes or step) and reverses
 // the run's effects newest first (package undo).
 //
+// Start (StartIn for any space, `cairn start` included) sends a start and returns the
+// supervisor's answer: nil once the run exists, a *Refused when it refuses the start (Holder
+// names the run that has the input), ErrNoAnswer when ctx ends first; Wait ends with the same
+// *Refused for a refused run.
+//
+// Every pipeline has what the reference night has for people: approval gates
+// (Config.ApprovalSteps), notices of handovers and waits by mail and signed webhook
+// (Config.Notices), both read from the CAIRN_* environment by LoadSettings; and a step
+// declared Irreversible waits for a person while the run's evidence is unclear (package
+// runner).
+//
 // One process may run every service (Run with no names) or one (Run with its name), so each
 // step scales on its own. Several pipelines share one NATS account: each has its own
 // assets.Space, named after it (streams CAIRN_<NAME>_*, buckets cairn-<name>-*, subjects
