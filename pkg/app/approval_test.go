@@ -118,6 +118,49 @@ func gated(js jetstream.JetStream, name, keys, relay, webhook string, timeout ti
 	}
 }
 
+// host makes cfg's assets and runs every service of it until stop, which fails the test
+// when a service ended with an error.
+func host(ctx context.Context, t *testing.T, cfg app.Config) (stop func()) {
+	t.Helper()
+	if err := app.Init(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	running, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- app.Run(running, cfg) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// approveAs registers a new approver by in pipeline name's keys and sends its signed
+// approve of the plan rec waits on.
+func approveAs(ctx context.Context, t *testing.T, js jetstream.JetStream, name, by string, rec *kc.Record) {
+	t.Helper()
+	seed, err := identity.NewSeed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sg, err := identity.NewSigner(by, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := js.KeyValue(ctx, assets.MustSpace(name).Bucket(identity.Bucket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := identity.RegisterApprover(ctx, keys, by, sg.PublicKey()); err != nil {
+		t.Fatal(err)
+	}
+	sig := sg.Sign(identity.DomainApprove, events.ApprovalMessage(rec.RunID, rec.Approval.PlanDigest))
+	if err := app.Command(ctx, js, name, rec.RunID, events.VerbApprove, "approve-"+rec.RunID+"-"+by, events.Command{By: by, Sig: &sig}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // waitFor polls cond every 20 ms until it holds, failing the test at ctx's end.
 func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -145,12 +188,7 @@ func TestApprovalGateOnAHostedPipeline(t *testing.T) {
 	if !slices.Contains(cfg.Services(), app.OutboxSender) {
 		t.Fatalf("services %v: a pipeline with notices runs an outbox sender", cfg.Services())
 	}
-	if err := app.Init(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	running, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- app.Run(running, cfg) }()
+	stop := host(ctx, t, cfg)
 	if err := app.Start(ctx, js, "gate", "r-1", map[string]any{"items": "a,b"}); err != nil {
 		t.Fatal(err)
 	}
@@ -192,25 +230,7 @@ func TestApprovalGateOnAHostedPipeline(t *testing.T) {
 	if err := app.Command(ctx, js, "gate", "r-1", events.VerbApprove, "approve-unsigned", events.Command{By: "cfo"}); err != nil {
 		t.Fatal(err)
 	}
-	seed, err := identity.NewSeed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfo, err := identity.NewSigner("cfo", seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := js.KeyValue(ctx, assets.MustSpace("gate").Bucket(identity.Bucket))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := identity.RegisterApprover(ctx, keys, "cfo", cfo.PublicKey()); err != nil {
-		t.Fatal(err)
-	}
-	sig := cfo.Sign(identity.DomainApprove, events.ApprovalMessage("r-1", rec.Approval.PlanDigest))
-	if err := app.Command(ctx, js, "gate", "r-1", events.VerbApprove, "approve-signed", events.Command{By: "cfo", Sig: &sig}); err != nil {
-		t.Fatal(err)
-	}
+	approveAs(ctx, t, js, "gate", "cfo", rec)
 	end, err := app.Wait(ctx, js, "gate", "r-1")
 	if err != nil {
 		t.Fatal(err)
@@ -225,9 +245,6 @@ func TestApprovalGateOnAHostedPipeline(t *testing.T) {
 		t.Errorf("r-1 was handed over %d times", n)
 	}
 	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 }
 
 // A hosted pipeline's run nobody approves is handed over at the approval timeout, and the
@@ -238,12 +255,7 @@ func TestApprovalTimeoutHandsOverAndNotifies(t *testing.T) {
 	defer cancel()
 	mb, wh, send := startMailbox(t), startHook(t), &planned{}
 	cfg := gated(js, "gateout", filepath.Join(t.TempDir(), "keys"), mb.addr, wh.URL, 2*time.Second, send)
-	if err := app.Init(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	running, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- app.Run(running, cfg) }()
+	stop := host(ctx, t, cfg)
 	if err := app.Start(ctx, js, "gateout", "r-1", map[string]any{"items": "a"}); err != nil {
 		t.Fatal(err)
 	}
@@ -268,9 +280,6 @@ func TestApprovalTimeoutHandsOverAndNotifies(t *testing.T) {
 		t.Errorf("send ran %d times without approval", n)
 	}
 	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 }
 
 // Notices and approval gates that cannot work are refused when the pipeline starts, naming the
@@ -344,12 +353,7 @@ func TestIrreversibleStepWaitsOnUnclearEvidence(t *testing.T) {
 	wh := startHook(t)
 	var sends atomic.Int32
 	cfg := evidenced(js, filepath.Join(t.TempDir(), "keys"), wh.URL, &sends)
-	if err := app.Init(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	running, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- app.Run(running, cfg) }()
+	stop := host(ctx, t, cfg)
 	var clean, unclear []string
 	for i := range 20 {
 		clean = append(clean, fmt.Sprintf("i%d", i))
@@ -388,25 +392,7 @@ func TestIrreversibleStepWaitsOnUnclearEvidence(t *testing.T) {
 	if n := wh.of(outbox.KindApproval, "unclear")[0]; !strings.Contains(n.Note.Error, "evidence is unclear before send") {
 		t.Errorf("the approval notice says %q, want why", n.Note.Error)
 	}
-	seed, err := identity.NewSeed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfo, err := identity.NewSigner("cfo", seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := js.KeyValue(ctx, assets.MustSpace("evidence").Bucket(identity.Bucket))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := identity.RegisterApprover(ctx, keys, "cfo", cfo.PublicKey()); err != nil {
-		t.Fatal(err)
-	}
-	sig := cfo.Sign(identity.DomainApprove, events.ApprovalMessage("unclear", rec.Approval.PlanDigest))
-	if err := app.Command(ctx, js, "evidence", "unclear", events.VerbApprove, "approve", events.Command{By: "cfo", Sig: &sig}); err != nil {
-		t.Fatal(err)
-	}
+	approveAs(ctx, t, js, "evidence", "cfo", rec)
 	if rec, err = app.Wait(ctx, js, "evidence", "unclear"); err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +400,4 @@ func TestIrreversibleStepWaitsOnUnclearEvidence(t *testing.T) {
 		t.Fatalf("the approved run ended %s, send ran %d times in all; want done, twice", rec.Status, sends.Load())
 	}
 	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 }
