@@ -114,7 +114,8 @@ func initRegistered(ctx context.Context, js jetstream.JetStream) error {
 }
 
 // cmdPermissions prints the NATS user a registered pipeline's services connect as: its
-// assets.Permissions, in the form of deploy/nats/accounts.conf's users.
+// assets.Permissions, in the form of deploy/nats/accounts.conf's users; with --service, the
+// user of that one service (app.Registration.ServicePermissions), named <pipeline>-<service>.
 func cmdPermissions(ctx context.Context, args []string) error {
 	return runPermissions(ctx, os.Stdout, args)
 }
@@ -122,13 +123,14 @@ func cmdPermissions(ctx context.Context, args []string) error {
 func runPermissions(ctx context.Context, out io.Writer, args []string) error {
 	fs := flag.NewFlagSet("permissions", flag.ContinueOnError)
 	name := fs.String("pipeline", "", "the registered pipeline")
+	service := fs.String("service", "", "one service of the pipeline (a step, supervisor, outbox-sender or compensator): its own user")
 	raw := fs.Bool("json", false, "print the allow lists as JSON")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 0 || *name == "" {
-		return fmt.Errorf("%w: permissions --pipeline NAME [--json]", errUsage)
+		return fmt.Errorf("%w: permissions --pipeline NAME [--service SERVICE] [--json]", errUsage)
 	}
 	_, nc, js, err := connect("cli")
 	if err != nil {
@@ -143,7 +145,29 @@ func runPermissions(ctx context.Context, out io.Writer, args []string) error {
 	if err != nil {
 		return err
 	}
+	user, inbox := r.Name, c.Space.Inbox()
+	header := fmt.Sprintf(`# Pipeline %[1]s: its services connect as this user, with their replies under
+# %[2]s (nats.CustomInboxPrefix). It may use its own streams, buckets and subjects
+# (cairn.%[1]s.>) and nothing of another pipeline's; creating, changing or removing them
+# (its durables included) is admin's.
+`, r.Name, inbox)
 	p := c.Permissions()
+	if *service != "" {
+		p, err = r.ServicePermissions(*service)
+		if errors.Is(err, app.ErrNoService) {
+			return fmt.Errorf("%w: --service: %v", errUsage, err)
+		}
+		if err != nil {
+			return err
+		}
+		user, inbox = r.Name+"-"+*service, c.Space.ServiceInbox(*service)
+		header = fmt.Sprintf(`# Service %[2]s of pipeline %[1]s: it runs alone on its connection, as this user, with
+# its replies under %[3]s (nats.CustomInboxPrefix). It may do what its code
+# does on its pipeline's streams, buckets and subjects, and nothing of another service's
+# (another step's durable or events, a write it has no part in) or of another pipeline's;
+# creating, changing or removing them (its durables included) is admin's.
+`, r.Name, *service, inbox)
+	}
 	if *raw {
 		return json.NewEncoder(out).Encode(p)
 	}
@@ -154,12 +178,8 @@ func runPermissions(ctx context.Context, out io.Writer, args []string) error {
 		}
 		return b.String()
 	}
-	_, err = fmt.Fprintf(out, `# Pipeline %[1]s: its services connect as this user, with their replies under
-# %[2]s (nats.CustomInboxPrefix). It may use its own streams, buckets and subjects
-# (cairn.%[1]s.>) and nothing of another pipeline's; creating, changing or removing them
-# (its durables included) is admin's.
-{
-  user: %[1]s
+	_, err = fmt.Fprintf(out, `%[1]s{
+  user: %[2]s
   password: "REPLACE: nats server passwd"
   permissions: {
     publish: {
@@ -175,6 +195,6 @@ func runPermissions(ctx context.Context, out io.Writer, args []string) error {
     allow_responses: true
   }
 }
-`, r.Name, c.Space.Inbox(), list(p.Publish), list(p.Subscribe), list(p.PublishDeny))
+`, header, user, list(p.Publish), list(p.Subscribe), list(p.PublishDeny))
 	return err
 }

@@ -138,13 +138,23 @@ func startUsersNATS(t *testing.T, perms map[string]assets.Permissions) *usersNAT
 // connect connects as user: a pipeline's user with its space's inbox prefix.
 func (u *usersNATS) connect(user string) jetstream.JetStream {
 	u.t.Helper()
+	inbox := ""
+	if user != "admin" {
+		inbox = assets.MustSpace(user).Inbox()
+	}
+	return u.connectWith(user, inbox)
+}
+
+// connectWith connects as user with its replies under inbox ("": the client's default).
+func (u *usersNATS) connectWith(user, inbox string) jetstream.JetStream {
+	u.t.Helper()
 	opts := []nats.Option{nats.UserInfo(user, user), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		u.mu.Lock()
 		u.refused = append(u.refused, user+": "+err.Error())
 		u.mu.Unlock()
 	})}
-	if user != "admin" {
-		opts = append(opts, nats.CustomInboxPrefix(assets.MustSpace(user).Inbox()))
+	if inbox != "" {
+		opts = append(opts, nats.CustomInboxPrefix(inbox))
 	}
 	nc, err := nats.Connect(u.srv.ClientURL(), opts...)
 	if err != nil {
