@@ -3,6 +3,11 @@
 //	enrich init                make the job's NATS assets and signing keys
 //	enrich service [NAME...]   run the named services (every one without names: the steps,
 //	                           the supervisor and the compensator) until SIGTERM
+//	enrich dev [-records FILE] the job whole in one process (app.Dev): a NATS server of its
+//	                           own on CAIRN_NATS_URL's port (0: a free one), storing in
+//	                           ENRICH_DATA_DIR, its assets and every service; with no
+//	                           ENRICH_*_URL set, the stub APIs too, and a records file to
+//	                           start a run of, until SIGTERM
 //	enrich demo                the seed's story beside a plain restart-from-step-one
 //	enrich faultmap            how each step survives faults (pkg/faultmap), and the gaps
 //	enrich chaos-sandbox DIR   the job's outside systems for one trial of
@@ -13,15 +18,22 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,6 +43,7 @@ import (
 
 	"github.com/cairnhq/cairn/examples/enrich"
 	"github.com/cairnhq/cairn/examples/enrich/records"
+	"github.com/cairnhq/cairn/examples/enrich/stubapi"
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/chaos"
 	"github.com/cairnhq/cairn/pkg/faultmap"
@@ -65,6 +78,11 @@ func load() (Settings, error) {
 	if err := envconfig.Process("", &s); err != nil {
 		return s, err
 	}
+	return s, s.validate()
+}
+
+// validate returns one sentence per broken rule, naming the variable.
+func (s Settings) validate() error {
 	var errs []error
 	for name, v := range map[string]string{"ENRICH_PROFILE_URL": s.ProfileURL, "ENRICH_GEO_URL": s.GeoURL, "ENRICH_RISK_URL": s.RiskURL, "ENRICH_UPLOAD_URL": s.UploadURL} {
 		if v == "" {
@@ -83,14 +101,14 @@ func load() (Settings, error) {
 	if err := s.Settings.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	return s, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: enrich init | service [NAME...] | demo | faultmap | chaos-sandbox DIR")
+		fmt.Fprintln(os.Stderr, "usage: enrich init | service [NAME...] | dev [-records FILE] | demo | faultmap | chaos-sandbox DIR")
 		os.Exit(2)
 	}
 	var err error
@@ -102,6 +120,8 @@ func main() {
 			os.Exit(2)
 		}
 		err = serve(ctx, s, os.Args[1] == "init", os.Args[2:])
+	case "dev":
+		err = dev(ctx, os.Args[2:])
 	case "demo":
 		err = demo(ctx, os.Stdout)
 	case "faultmap":
@@ -113,7 +133,7 @@ func main() {
 		}
 		err = sandbox(ctx, os.Args[2])
 	default:
-		fmt.Fprintf(os.Stderr, "unknown command %q: enrich init | service [NAME...] | demo | faultmap | chaos-sandbox DIR\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "unknown command %q: enrich init | service [NAME...] | dev [-records FILE] | demo | faultmap | chaos-sandbox DIR\n", os.Args[1])
 		os.Exit(2)
 	}
 	if err != nil {
@@ -192,6 +212,118 @@ func serve(ctx context.Context, s Settings, init bool, names []string) error {
 	}
 	fmt.Println("ready")
 	return app.Run(ctx, c, names...)
+}
+
+// devRecords is how many records the file `enrich dev` writes has.
+const devRecords = 20
+
+// dev is `enrich dev`: the job on a NATS server of its own (app.Dev) on CAIRN_NATS_URL's
+// address, storing in ENRICH_DATA_DIR, against the outside systems the ENRICH_*_URL settings
+// name or, with none of them set, the stub APIs in this process (their upload rows in
+// ENRICH_DATA_DIR/upload). It prints a start of the records file -records names (default
+// ENRICH_DATA_DIR/records.jsonl, written when missing), and "ready" as the services start.
+func dev(ctx context.Context, args []string) error {
+	flags := flag.NewFlagSet("dev", flag.ContinueOnError)
+	source := flags.String("records", "", fmt.Sprintf("the records file the printed start names (default: ENRICH_DATA_DIR/records.jsonl, written with %d records when missing)", devRecords))
+	if err := flags.Parse(args); err != nil {
+		return err
+	}
+	var s Settings
+	if err := envconfig.Process("", &s); err != nil {
+		return err
+	}
+	host, port, err := devAddr(s.NATSURL)
+	if err != nil {
+		return err
+	}
+	urls := []struct {
+		name string
+		v    *string
+	}{{"ENRICH_PROFILE_URL", &s.ProfileURL}, {"ENRICH_GEO_URL", &s.GeoURL}, {"ENRICH_RISK_URL", &s.RiskURL}, {"ENRICH_UPLOAD_URL", &s.UploadURL}}
+	var unset []string
+	for _, u := range urls {
+		if *u.v == "" {
+			unset = append(unset, u.name)
+		}
+	}
+	stubs := len(unset) == len(urls) // the stub APIs stand in for all four
+	if !stubs && len(unset) > 0 {
+		return fmt.Errorf("%s not set: set all four ENRICH_*_URL, or none for the stub APIs", strings.Join(unset, ", "))
+	}
+	path, err := devSource(*source, s.DataDir)
+	if err != nil {
+		return err
+	}
+	var apis *stubapi.APIs
+	rows := filepath.Join(s.DataDir, "upload")
+	if stubs {
+		if err := os.MkdirAll(rows, 0o755); err != nil {
+			return err
+		}
+		if apis, err = stubapi.Start(stubapi.Config{Dir: rows}); err != nil {
+			return err
+		}
+		defer apis.Close()
+		s.ProfileURL, s.GeoURL, s.RiskURL, s.UploadURL = apis.ProfileURL, apis.GeoURL, apis.RiskURL, apis.UploadURL
+	}
+	if err := s.validate(); err != nil {
+		return err
+	}
+	if stubs {
+		fmt.Printf("stub APIs: profile %s geo %s risk %s upload %s (rows in %s)\n", apis.ProfileURL, apis.GeoURL, apis.RiskURL, apis.UploadURL, rows)
+	}
+	fmt.Printf("records: %s\n", path)
+	return app.Dev(ctx, app.DevConfig{
+		Pipeline: enrich.Pipeline, Dir: s.DataDir, Host: host, Port: port, AckWait: s.AckWait,
+		Example: map[string]any{enrich.ParamSource: path},
+	}, func(ctx context.Context, js jetstream.JetStream) (app.Config, error) {
+		return config(ctx, js, s)
+	})
+}
+
+// devAddr is the host and port of CAIRN_NATS_URL, where `enrich dev` serves NATS.
+func devAddr(natsURL string) (string, int, error) {
+	u, err := url.Parse(natsURL)
+	if err != nil {
+		return "", 0, fmt.Errorf("CAIRN_NATS_URL %q is not a URL", natsURL) // err would repeat a password
+	}
+	host, portText, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return "", 0, fmt.Errorf("CAIRN_NATS_URL %q needs host:port: %w", natsURL, err)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		return "", 0, fmt.Errorf("CAIRN_NATS_URL %q: port %q is not a number", natsURL, portText)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return "", 0, fmt.Errorf("CAIRN_NATS_URL %q: the dev server asks for no password, so it listens on a loopback address alone (127.0.0.1, ::1 or localhost)", natsURL)
+	}
+	return host, port, nil
+}
+
+// devSource is the absolute path of the records file a dev run starts with: given, it must
+// exist; else dir/records.jsonl, written when missing.
+func devSource(given, dir string) (string, error) {
+	path := cmp.Or(given, filepath.Join(dir, "records.jsonl"))
+	path, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	switch _, err := os.Stat(path); {
+	case err == nil:
+		return path, nil
+	case given != "":
+		return "", fmt.Errorf("-records: %w", err)
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	if _, err := records.Generate(path, devRecords, 1); err != nil {
+		return "", err
+	}
+	return path, nil
 }
 
 // analyze is the job's fault map with the geo API's declared rate.
