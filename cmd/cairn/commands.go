@@ -179,13 +179,13 @@ var (
 )
 
 var (
-	approveSpec = verbSpec{events.VerbApprove, "approve RUN [--by NAME] [--wait] | approve --where QUERY [--yes]", func(r *kc.Record) error {
+	approveSpec = verbSpec{events.VerbApprove, "approve RUN [--by NAME] [--seed FILE] [--wait] [--pipeline NAME] | approve --where QUERY [--pipeline NAME] [--yes]", func(r *kc.Record) error {
 		if r.Status == kc.WaitingApproval || (r.Status == kc.Running && r.Approval != nil && r.Approval.By != nil) {
 			return nil
 		}
 		return fmt.Errorf("run %s is %s: it waits for no approval", r.RunID, r.Status)
 	}}
-	rejectSpec = verbSpec{events.VerbReject, "reject RUN | reject --where QUERY [--yes]", func(r *kc.Record) error {
+	rejectSpec = verbSpec{events.VerbReject, "reject RUN [--pipeline NAME] | reject --where QUERY [--pipeline NAME] [--yes]", func(r *kc.Record) error {
 		if r.Status != kc.WaitingApproval {
 			return fmt.Errorf("run %s is %s: it waits for no approval", r.RunID, r.Status)
 		}
@@ -193,7 +193,8 @@ var (
 	}}
 )
 
-// cmdApprove lets a run that waits on a plan go on; the plan is printed first.
+// cmdApprove lets a run that waits on a plan go on: the reference night's, or with --pipeline
+// a registered pipeline's, whose record gives the plan signed and whose subject takes it.
 func cmdApprove(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("approve", flag.ContinueOnError)
 	by := fs.String("by", os.Getenv("USER"), "who approves: an approver registered with cairn approver add (recorded in the checkpoint)")
@@ -203,7 +204,8 @@ func cmdApprove(ctx context.Context, args []string) error {
 	})
 }
 
-// cmdReject refuses a waiting plan: the run is undone.
+// cmdReject refuses a waiting plan (the night's, or with --pipeline a registered
+// pipeline's): the run is undone.
 func cmdReject(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("reject", flag.ContinueOnError)
 	return runVerb(ctx, fs, args, rejectSpec, func() events.Command { return events.Command{} })

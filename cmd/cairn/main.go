@@ -32,10 +32,10 @@ commands:
   resume    resume a handed-over or cancelled run (--after-fix once the cause is fixed)
   cancel    stop a run at the next step boundary (it can be resumed)
   rerun     run a run again from a step (--from STEP), keeping the earlier steps' outputs
-  approve   let a run that waits on a plan (CAIRN_APPROVAL_STEPS) go on (--by NAME --seed FILE: signed)
-  approver  approver add NAME PUBKEY (or --new-seed FILE): register who may approve, by their key
+  approve   let a run that waits on a plan (CAIRN_APPROVAL_STEPS) go on (--by NAME --seed FILE: signed; --pipeline NAME: a registered pipeline's run)
+  approver  approver add NAME PUBKEY (or --new-seed FILE): register who may approve, by their key (--pipeline NAME: a registered pipeline's approver)
   seeds     seeds DIR: make each service's signing seed (DIR/<service>.seed) offline, for a deployment's secrets
-  reject    refuse a waiting plan: the run is undone
+  reject    refuse a waiting plan: the run is undone (--pipeline NAME: a registered pipeline's run)
   undo      reverse a run's effects, newest first (--supplier ID or --step STEP for part of it)
             (resume, cancel, rerun and undo also act on every run matching --where 'status=…,step=…')
   fences    fences adopt RUN: move a run's fences to this NATS storage's epoch, after a person checked it

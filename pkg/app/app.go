@@ -41,6 +41,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"slices"
 	"time"
 
@@ -97,6 +98,26 @@ type Config struct {
 	LoopGuard     int           // attempts in a row without progress before a handover; default 3
 	Concurrency   int           // messages each step runner handles at once; default 1
 	StopGrace     time.Duration // default 10s
+	MaxDeliver    int           // deliveries of a step event before a handover; default 20
+	ParkLimit     float64       // share of a step's items it may park before a handover; default 0.1
+	ReassignLimit int           // takeovers of one step before the supervisor hands the run over; default 5
+	CodeVersion   string        // the code's version each step records; default runner.BuildVersion()
+
+	// DefaultSpace puts the pipeline in the default space, whose assets keep the names of
+	// DESIGN.md (CAIRN_RUNS, cairn-runs, cairn.runs.start): the reference night's alone.
+	DefaultSpace bool
+	// Signers are the services' signing keys, by service name, for a process that holds them
+	// otherwise than as files in KeysDir (CAIRN_SIGNING_SEED); a service not here reads
+	// KeysDir.
+	Signers map[string]*identity.Signer
+	// SystemsOf, when set, gives the reversals of the pipeline's outside systems once the
+	// compensator's handles exist (its checkpoint store, the outbox marks): for systems
+	// that need them. Its systems join Systems.
+	SystemsOf func(Handles) (map[string]undo.System, error)
+	// Ended is called at once when a service's loop ends by itself (its durable deleted, the
+	// connection closed), before the step in hand gets its grace: a process turns unready
+	// with it. May be nil.
+	Ended func(service string, err error)
 
 	// Outbox is the pipeline's outbox sender, which delivers the messages its steps queue
 	// (runner.Attempt.Queue) once each: its Transport (outbox.SMTPTransport{Addr: ...}, an
@@ -154,29 +175,39 @@ type Config struct {
 
 // Services are the pipeline's services: its steps, in order, the supervisor, the outbox
 // sender when the pipeline has one (Outbox) or sends notices (Notices), and the compensator
-// when it registers its systems' reversals (Systems) or has an outbox (whose withdrawals it
-// sends).
+// when it registers its systems' reversals (Systems, SystemsOf), has an outbox (whose
+// withdrawals it sends), or may wait for a person (whose reject undoes the run).
 func (c Config) Services() []string {
 	out := append(c.Pipeline.Names(), Supervisor)
 	if c.Outbox != nil || c.Notices.Any() {
 		out = append(out, OutboxSender)
 	}
-	if len(c.Systems) > 0 || c.Outbox != nil {
+	if len(c.Systems) > 0 || c.SystemsOf != nil || c.Outbox != nil || c.gates() {
 		out = append(out, Compensator)
 	}
 	return out
 }
 
+// gates reports whether a run may wait for a person (an approval gate, or a step that cannot
+// be undone, which waits while the evidence is unclear): a rejected wait is undone, so the
+// compensator runs to make the run undone even with nothing to reverse.
+func (c Config) gates() bool {
+	return len(c.ApprovalSteps) > 0 || slices.ContainsFunc(c.Pipeline.Steps, func(s pipeline.Step) bool { return s.Irreversible })
+}
+
 // Space is the pipeline's share of the NATS account, named after it (assets.SpaceOf); an
 // invalid name is reported by Init and Run.
 func (c Config) Space() assets.Space {
+	if c.DefaultSpace {
+		return assets.Default
+	}
 	sp, _ := assets.SpaceOf(c.Pipeline.Name)
 	return sp
 }
 
 // Assets is the pipeline's asset configuration.
 func (c Config) Assets() assets.Config {
-	return assets.Config{Space: c.Space(), Replicas: c.Replicas, Steps: c.Pipeline.Names(), AckWait: c.AckWait}
+	return assets.Config{Space: c.Space(), Replicas: c.Replicas, Steps: c.Pipeline.Names(), AckWait: c.AckWait, MaxDeliver: c.MaxDeliver}
 }
 
 // validate checks the configuration; withSteps: the steps' implementations too (Init
@@ -189,7 +220,7 @@ func (c Config) validate(withSteps bool) error {
 	if err := c.Pipeline.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("pipeline %q: %w", c.Pipeline.Name, err))
 	}
-	if _, err := assets.SpaceOf(c.Pipeline.Name); err != nil {
+	if _, err := assets.SpaceOf(c.Pipeline.Name); err != nil && !c.DefaultSpace {
 		errs = append(errs, err)
 	}
 	if c.KeysDir == "" {
@@ -269,8 +300,11 @@ func Init(ctx context.Context, c Config) error {
 	return register(ctx, c)
 }
 
-// host is what every service of the process shares.
-type host struct {
+// Host is what every service of a pipeline's process shares: its checkpoints (signed by each
+// service's key), artifacts, buckets and the registered keys. Open it once; Service gives each
+// service's loop. It is the one place the framework's services are made: Run uses it, and so
+// does the reference night's process (internal/service).
+type Host struct {
 	c         Config
 	store     *kc.Store
 	artifacts *artifacts.Store
@@ -279,49 +313,46 @@ type host struct {
 	memo      jetstream.KeyValue
 	natural   jetstream.KeyValue
 	ring      *identity.Ring
-	signers   map[string]*identity.Signer
+}
+
+// Handles are the host's handles a pipeline's own code may need beside its steps (the
+// reversal of a system that reads the record or the outbox marks).
+type Handles struct {
+	JS    jetstream.JetStream
+	Space assets.Space
+	Store *kc.Store // signing as the service that asked (the compensator's, for SystemsOf)
+	Marks jetstream.KeyValue
+	Memo  jetstream.KeyValue
+	Now   func() time.Time
 }
 
 // Run runs the named services (every one without names) until ctx ends: it checks the
 // assets (run Init first), reads each service's seed from KeysDir, and returns nil on a
 // clean stop, or the first service's error that stopped by itself (the others are stopped).
 func Run(ctx context.Context, c Config, services ...string) error {
-	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
-	if c.Metrics == nil {
-		c.Metrics = metrics.New()
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	if err := c.validate(true); err != nil {
-		return err
-	}
-	if len(services) == 0 {
-		services = c.Services()
-	}
 	for _, s := range services {
 		if !slices.Contains(c.Services(), s) {
 			return fmt.Errorf("no service %q in pipeline %q (%v)", s, c.Pipeline.Name, c.Services())
 		}
 	}
-	h, err := open(ctx, c, services)
+	h, err := Open(ctx, c)
 	if err != nil {
 		return err
+	}
+	c = h.c
+	if len(services) == 0 {
+		services = c.Services()
+	}
+	loops := make(map[string]func(context.Context) error, len(services))
+	for _, s := range services {
+		if loops[s], err = h.Service(s); err != nil {
+			return err
+		}
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	for _, s := range services {
 		g.Go(func() error {
-			var err error
-			switch s {
-			case Supervisor:
-				err = h.runSupervisor(gctx)
-			case OutboxSender:
-				err = h.runOutbox(gctx)
-			case Compensator:
-				err = h.runCompensator(gctx)
-			default:
-				err = h.runStep(gctx, s)
-			}
+			err := loops[s](gctx)
 			if err != nil {
 				return fmt.Errorf("service %s: %w", s, err)
 			}
@@ -334,17 +365,24 @@ func Run(ctx context.Context, c Config, services ...string) error {
 	return g.Wait()
 }
 
-func open(ctx context.Context, c Config, services []string) (*host, error) {
+// Open checks the configuration (the steps' implementations included) and the assets (run
+// Init first), and opens what every service of the process shares.
+func Open(ctx context.Context, c Config) (*Host, error) {
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
+	if c.Metrics == nil {
+		c.Metrics = metrics.New()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if err := c.validate(true); err != nil {
+		return nil, err
+	}
 	if err := assets.Check(ctx, c.JS, c.Assets()); err != nil {
 		return nil, fmt.Errorf("checking the NATS assets (run app.Init): %w", err)
 	}
-	h := &host{c: c, signers: map[string]*identity.Signer{}}
+	h := &Host{c: c}
 	var err error
-	for _, s := range services {
-		if h.signers[s], err = identity.SignerFrom(c.KeysDir, s); err != nil {
-			return nil, fmt.Errorf("KeysDir %s: %w (run app.Init)", c.KeysDir, err)
-		}
-	}
 	if h.ring, err = identity.OpenRingIn(ctx, c.JS, c.Space()); err != nil {
 		return nil, fmt.Errorf("the signing keys (run app.Init): %w", err)
 	}
@@ -364,63 +402,128 @@ func open(ctx context.Context, c Config, services []string) (*host, error) {
 	return h, nil
 }
 
-func (h *host) runStep(ctx context.Context, step string) error {
+// Handles are the host's handles, the checkpoints signing as service.
+func (h *Host) Handles(service string) (Handles, error) {
+	sg, err := h.signer(service)
+	if err != nil {
+		return Handles{}, err
+	}
+	return Handles{JS: h.c.JS, Space: h.c.Space(), Store: h.store.As(sg), Marks: h.marks, Memo: h.memo, Now: h.c.Now}, nil
+}
+
+// Service makes service name's loop, which runs until ctx ends: a step's runner, the
+// supervisor, the outbox sender or the compensator. Its signing key is read now, so a
+// missing one is found before anything runs.
+func (h *Host) Service(name string) (func(context.Context) error, error) {
+	if !slices.Contains(h.c.Services(), name) {
+		return nil, fmt.Errorf("no service %q in pipeline %q (%v)", name, h.c.Pipeline.Name, h.c.Services())
+	}
+	sg, err := h.signer(name)
+	if err != nil {
+		return nil, err
+	}
+	switch name {
+	case Supervisor:
+		s, err := h.supervisor(sg)
+		if err != nil {
+			return nil, err
+		}
+		return s.Run, nil
+	case OutboxSender:
+		s, err := h.outboxSender(sg)
+		if err != nil {
+			return nil, err
+		}
+		return s.Run, nil
+	case Compensator:
+		u, err := h.compensator(sg)
+		if err != nil {
+			return nil, err
+		}
+		return u.Run, nil
+	}
+	r, err := h.step(name, sg)
+	if err != nil {
+		return nil, err
+	}
+	return r.Run, nil
+}
+
+// signer is service name's signing key: Config.Signers', else its seed in KeysDir.
+func (h *Host) signer(name string) (*identity.Signer, error) {
+	if sg := h.c.Signers[name]; sg != nil {
+		return sg, nil
+	}
+	sg, err := identity.SignerFrom(h.c.KeysDir, name)
+	if err != nil {
+		return nil, fmt.Errorf("KeysDir %s: %w (run app.Init)", h.c.KeysDir, err)
+	}
+	return sg, nil
+}
+
+// ended is the runner's Ended for service name.
+func (h *Host) ended(name string) func(error) {
+	if h.c.Ended == nil {
+		return nil
+	}
+	return func(err error) { h.c.Ended(name, err) }
+}
+
+func (h *Host) step(step string, sg *identity.Signer) (*runner.Runner, error) {
 	c := h.c
-	store := h.store.As(h.signers[step])
-	r, err := runner.New(runner.Config{
+	store := h.store.As(sg)
+	return runner.New(runner.Config{
 		JS: c.JS, Space: c.Space(), Store: store, Artifacts: h.artifacts, Handovers: h.handovers, Memo: h.memo, Pipeline: c.Pipeline,
-		StepName: step, Step: c.Steps[step], Approval: slices.Contains(c.ApprovalSteps, step), Notify: h.notifyAs(step), Heartbeat: c.Heartbeat, Lease: c.Lease, TakeoverGap: c.TakeoverGap,
-		RetryAttempts: c.RetryAttempts, LoopGuard: c.LoopGuard, Concurrency: c.Concurrency, StopGrace: c.StopGrace,
+		StepName: step, Step: c.Steps[step], Approval: slices.Contains(c.ApprovalSteps, step), Notify: h.notifyAs(step, sg), Heartbeat: c.Heartbeat,
+		Lease: c.Lease, TakeoverGap: c.TakeoverGap, RetryAttempts: c.RetryAttempts, LoopGuard: c.LoopGuard, ParkLimit: c.ParkLimit,
+		MaxDeliver: c.MaxDeliver, CodeVersion: c.CodeVersion, Concurrency: c.Concurrency, StopGrace: c.StopGrace,
 		Faults: c.Faults, Now: c.Now, Metrics: c.Metrics, Logger: c.Logger.With(slog.String("service", step)),
 		// A run whose steps queued no message is done at once; one with messages stays
-		// finishing until the outbox sender marks the last of them sent (runOutbox).
-		Finishing: h.settleAs(store),
+		// finishing until the outbox sender marks the last of them sent (outboxSender).
+		Finishing: h.settleAs(store), Ended: h.ended(step),
 	})
-	if err != nil {
-		return err
-	}
-	return r.Run(ctx)
 }
 
-func (h *host) runSupervisor(ctx context.Context) error {
+func (h *Host) supervisor(sg *identity.Signer) (*supervisor.Supervisor, error) {
 	c := h.c
-	s, err := supervisor.New(supervisor.Config{
-		JS: c.JS, Space: c.Space(), Store: h.store.As(h.signers[Supervisor]), Approvers: h.ring, Marks: h.marks, Handovers: h.handovers,
+	return supervisor.New(supervisor.Config{
+		JS: c.JS, Space: c.Space(), Store: h.store.As(sg), Approvers: h.ring, Marks: h.marks, Handovers: h.handovers,
 		NaturalKeys: h.natural, Pipeline: c.Pipeline, Lease: c.Lease, Heartbeat: c.Heartbeat, TakeoverGap: c.TakeoverGap,
-		StallTimeout: c.StallTimeout, OutboxStall: c.OutboxStall, ApprovalTimeout: c.ApprovalTimeout, Notify: h.notifyAs(Supervisor), Now: c.Now, Metrics: c.Metrics, Faults: c.Faults,
+		StallTimeout: c.StallTimeout, OutboxStall: c.OutboxStall, ApprovalTimeout: c.ApprovalTimeout, ReassignLimit: c.ReassignLimit,
+		Notify: h.notifyAs(Supervisor, sg), Now: c.Now, Metrics: c.Metrics, Faults: c.Faults,
 		Logger: c.Logger.With(slog.String("service", Supervisor)),
 	})
-	if err != nil {
-		return err
-	}
-	return s.Run(ctx)
 }
 
-// runCompensator runs the pipeline's compensator on its space's undo commands (Systems).
-func (h *host) runCompensator(ctx context.Context) error {
+// compensator is the pipeline's compensator on its space's undo commands (Systems,
+// SystemsOf).
+func (h *Host) compensator(sg *identity.Signer) (*undo.Compensator, error) {
 	c := h.c
-	store := h.store.As(h.signers[Compensator])
+	store := h.store.As(sg)
 	systems := maps.Clone(c.Systems)
-	if c.Outbox != nil && systems[saga.Mail] == nil {
-		if systems == nil {
-			systems = map[string]undo.System{}
+	if systems == nil {
+		systems = map[string]undo.System{}
+	}
+	if c.SystemsOf != nil {
+		more, err := c.SystemsOf(Handles{JS: c.JS, Space: c.Space(), Store: store, Marks: h.marks, Memo: h.memo, Now: c.Now})
+		if err != nil {
+			return nil, err
 		}
+		maps.Copy(systems, more)
+	}
+	if c.Outbox != nil && systems[saga.Mail] == nil {
 		systems[saga.Mail] = undo.Mail{JS: c.JS, Space: c.Space(), Marks: h.marks, Store: store, Now: c.Now}
 	}
-	u, err := undo.New(undo.Config{
+	return undo.New(undo.Config{
 		JS: c.JS, Space: c.Space(), Store: store, Systems: systems, Handovers: h.handovers, Heartbeat: c.Heartbeat,
 		TakeoverGap: c.TakeoverGap, Faults: c.Faults, Now: c.Now, RetryAttempts: c.RetryAttempts,
 		Logger: c.Logger, // undo.New names the service
 	})
-	if err != nil {
-		return err
-	}
-	return u.Run(ctx)
 }
 
 // settleAs moves a finishing run to done, by store's signer, once none of its messages is
 // left to deliver (supervisor.Settle).
-func (h *host) settleAs(store *kc.Store) func(ctx context.Context, runID string) {
+func (h *Host) settleAs(store *kc.Store) func(ctx context.Context, runID string) {
 	c := h.c
 	return func(ctx context.Context, runID string) {
 		if _, err := supervisor.Settle(ctx, c.JS, c.Space(), store, h.marks, runID, c.Now); err != nil {
@@ -441,27 +544,33 @@ func (c Config) noticeFrom() string {
 	return DefaultFrom
 }
 
-// notifyAs is the Notify of service name: its notices signed by name's key (nil without
-// notices).
-func (h *host) notifyAs(name string) func(ctx context.Context, kind string, note runner.HandoverNote, generation int, token uint64) {
+// notifyAs is the Notify of service name, whose key is sg: its notices signed by it (nil
+// without notices).
+func (h *Host) notifyAs(name string, sg *identity.Signer) func(ctx context.Context, kind string, note runner.HandoverNote, generation int, token uint64) {
 	c := h.c
-	return c.Notices.Notifier(c.JS, c.Space(), h.signers[name], c.noticeFrom(), c.Now, c.Logger.With(slog.String("service", name)))
+	return c.Notices.Notifier(c.JS, c.Space(), sg, c.noticeFrom(), c.Now, c.Logger.With(slog.String("service", name)))
 }
 
-// runOutbox runs the pipeline's outbox sender on its space's outbox (Config.Outbox), which
+// outboxSender is the pipeline's outbox sender on its space's outbox (Config.Outbox), which
 // also delivers the notices (Config.Notices).
-func (h *host) runOutbox(ctx context.Context) error {
+func (h *Host) outboxSender(sg *identity.Signer) (*outbox.Sender, error) {
 	c := h.c
 	var oc outbox.SenderConfig
 	if c.Outbox != nil {
 		oc = *c.Outbox
 	}
 	oc.JS, oc.Space = c.JS, c.Space()
+	if oc.Timeout == 0 && c.AckWait > 0 {
+		// A turn ends well inside the durable's ack wait, so a delivery that hangs is given
+		// up by this sender, never handed to a second one while it still runs.
+		oc.Timeout = c.AckWait * 2 / 3
+	}
 	if n := c.Notices; n.Any() {
 		n.From = c.noticeFrom()
 		route := noticeRoute{mail: n.Mail, rest: oc.Transport}
 		if n.Webhook != "" {
-			route.webhook = outbox.WebhookTransport{URL: n.Webhook, Secret: n.Secret, Now: c.Now}
+			// The call gets half of the sender's turn, the marks the rest.
+			route.webhook = outbox.WebhookTransport{URL: n.Webhook, Secret: n.Secret, Now: c.Now, Client: &http.Client{Timeout: cmp.Or(oc.Timeout/2, 10*time.Second)}}
 		}
 		if route.mail == nil {
 			route.mail = oc.Transport
@@ -474,19 +583,19 @@ func (h *host) runOutbox(ctx context.Context) error {
 	if oc.Faults == nil {
 		oc.Faults = c.Faults
 	}
-	if oc.Timeout == 0 && c.AckWait > 0 {
-		// A turn ends well inside the durable's ack wait, so a delivery that hangs is given
-		// up by this sender, never handed to a second one while it still runs.
-		oc.Timeout = c.AckWait * 2 / 3
-	}
 	if oc.Admit == nil {
 		oc.Admit = outbox.RecordAdmission(h.store)
 	}
 	if oc.Trust == nil {
-		oc.Trust = &outbox.Trust{Ring: h.ring}
+		oc.Trust = &outbox.Trust{}
+	}
+	if oc.Trust.Ring == nil {
+		trust := *oc.Trust
+		trust.Ring = h.ring
+		oc.Trust = &trust
 	}
 	timeline := audit.New(c.JS, OutboxSender, c.Now).In(c.Space())
-	settle := h.settleAs(h.store.As(h.signers[OutboxSender]))
+	settle := h.settleAs(h.store.As(sg))
 	marked, refused, rejected := oc.Marked, oc.Refused, oc.Rejected
 	oc.Marked = func(ctx context.Context, runID string) {
 		if marked != nil {
@@ -516,9 +625,9 @@ func (h *host) runOutbox(ctx context.Context) error {
 	}
 	s, err := outbox.NewSender(oc)
 	if err != nil {
-		return fmt.Errorf("Outbox: %w", err)
+		return nil, fmt.Errorf("Outbox: %w", err)
 	}
-	return s.Run(ctx)
+	return s, nil
 }
 
 func clip(s string, n int) string {

@@ -110,9 +110,9 @@ func New(c Config) (*Compensator, error) {
 	if c.JS == nil || c.Store == nil {
 		return nil, errors.New("compensator: needs JetStream and the checkpoint store")
 	}
-	if len(c.Systems) == 0 {
-		return nil, errors.New("compensator: no Systems: register the reversal of each system the pipeline's effects name (saga.Reverse.System)")
-	}
+	// No Systems is a pipeline that writes nothing outside: its undo reverses nothing and
+	// makes the run undone; an effect it did record still hands the run over, naming its
+	// system.
 	for _, name := range slices.Sorted(maps.Keys(c.Systems)) {
 		if c.Systems[name] == nil {
 			return nil, fmt.Errorf("compensator: system %q is nil in Systems", name)
