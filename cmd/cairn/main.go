@@ -24,7 +24,7 @@ commands:
   gen       generate one night's data (invoices, ERP tables, ground truth)
   start     start a run of the night (--warehouse, --date) or of a registered pipeline (--pipeline NAME --input KEY=VALUE or --json '{...}'); --wait to follow it; a refused start exits 1
   runs      list every pipeline's runs: status, current step, age, restarts (--status S[,S], --step STEP, --pipeline NAME, --json)
-  permissions  permissions --pipeline NAME: the NATS user a registered pipeline's services connect as (--json)
+  permissions  permissions --pipeline NAME [--service SERVICE] [--json]: the NATS user a registered pipeline's services connect as (--service: that one service's own user)
   timeline  a run's timeline from the audit: each step's times, attempts and restarts, then the run's events (--json)
   status    print a run's checkpoint and its handover note (--json for the raw record)
   handovers list the runs handed to a person, with what stopped them
