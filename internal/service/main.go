@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cairnhq/cairn/internal/night"
+	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/tracing"
 )
 
@@ -89,20 +91,24 @@ func (d *Deps) RunAll(ctx context.Context, names ...string) (err error) {
 		return err
 	}
 	defer closeEnv()
+	// The night is a pipeline on the framework's host, which makes each of its services.
+	for _, name := range names {
+		if !slices.Contains(Services(), name) {
+			return fmt.Errorf("unknown service %q", name)
+		}
+	}
+	ac, err := d.appConfig(env)
+	if err != nil {
+		return err
+	}
+	host, err := app.Open(ctx, ac)
+	if err != nil {
+		return err
+	}
 	runs := make(map[string]func(context.Context) error, len(names))
 	for _, name := range names {
-		switch name {
-		case "supervisor":
-			runs[name] = d.RunSupervisor
-		case "outbox-sender":
-			runs[name] = d.RunOutboxSender
-		case "compensator":
-			runs[name] = func(ctx context.Context) error { return d.RunCompensator(ctx, env) }
-		default:
-			if _, ok := night.Pipeline.Step(name); !ok {
-				return fmt.Errorf("unknown service %q", name)
-			}
-			runs[name] = func(ctx context.Context) error { return d.RunStep(ctx, env, name) }
+		if runs[name], err = host.Service(name); err != nil {
+			return err
 		}
 	}
 	if d.Ready != nil {

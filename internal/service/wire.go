@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,16 +25,12 @@ import (
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
-	"github.com/cairnhq/cairn/pkg/audit"
-	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/faults"
 	"github.com/cairnhq/cairn/pkg/identity"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/metrics"
 	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
-	"github.com/cairnhq/cairn/pkg/runner"
-	"github.com/cairnhq/cairn/pkg/supervisor"
 	"github.com/cairnhq/cairn/pkg/undo"
 )
 
@@ -131,8 +126,6 @@ func Open(ctx context.Context, c Config, js jetstream.JetStream, log *slog.Logge
 	if d.Store, err = kc.Open(ctx, js, assets.BucketRuns, kc.WithClock(func() time.Time { return d.Now() }), kc.WithRing(d.Ring), kc.WithPipeline(night.Pipeline.Names())); err != nil {
 		return nil, err
 	}
-	d.Metrics.CounterFunc("cairn_cas_conflicts_total", "Checkpoint compare-and-set writes refused because another writer changed the record first.",
-		func() float64 { return float64(d.Store.Conflicts()) })
 	if d.Artifacts, err = artifacts.Open(ctx, js, assets.ObjectArtifacts); err != nil {
 		return nil, err
 	}
@@ -271,164 +264,49 @@ func openBooks(ctx context.Context, variable string, dsn Credentials) (*books.DB
 	return nil, err
 }
 
-// RunStep runs one step service until ctx ends.
-func (d *Deps) RunStep(ctx context.Context, env *night.Env, step string) error {
-	impl, ok := env.Steps()[step]
-	if !ok {
-		return fmt.Errorf("no step %q in the pipeline", step)
-	}
-	store := d.storeOf(step)
-	r, err := runner.New(runner.Config{
-		JS: d.JS, Store: store, Artifacts: d.Artifacts, Handovers: d.Handovers, Memo: d.Memo, Pipeline: night.Pipeline,
-		StepName: step, Step: impl, Heartbeat: d.Config.Heartbeat, Lease: d.Config.Lease, TakeoverGap: d.Config.TakeoverGap,
-		RetryAttempts: d.Config.RetryAttempts, LoopGuard: d.Config.LoopGuard, ParkLimit: d.Config.RunnerParkLimit(),
-		MaxDeliver: d.Config.MaxDeliver, Faults: d.Faults, Now: d.Now, Logger: d.Logger.With(slog.String("service", step)),
-		Finishing: d.settleAs(store), StopGrace: d.Config.StopGrace, Metrics: d.Metrics, Concurrency: d.Config.StepConcurrency,
-		Approval: slices.Contains(d.Config.ApprovalSteps, step), Notify: d.notifyAs(step), CodeVersion: CodeVersion(),
-		// Unready at once: the step in hand still has its grace before Run returns.
-		Ended: func(err error) { d.fail(fmt.Errorf("service %s stopped: %w", step, err)) },
-	})
+// appConfig is the night as a pipeline on the framework's host (app.Config): its definition
+// in the default space, its steps over env, its settings, the signers of the process's
+// services, its compensator's systems (the books and the mail) and its outbox.
+func (d *Deps) appConfig(env *night.Env) (app.Config, error) {
+	c := d.Config
+	out, err := d.outboxConfig()
 	if err != nil {
-		if slices.Contains(d.Config.ApprovalSteps, step) {
-			return fmt.Errorf("CAIRN_APPROVAL_STEPS: %w", err)
-		}
-		return err
+		return app.Config{}, err
 	}
-	return r.Run(ctx)
+	return app.Config{
+		JS: d.JS, Pipeline: night.Pipeline, Steps: env.Steps(), DefaultSpace: true, KeysDir: c.SigningSeedDir, Signers: d.signers,
+		Replicas: c.Replicas, AckWait: c.AckWait, Lease: c.Lease, Heartbeat: c.Heartbeat, TakeoverGap: c.TakeoverGap,
+		StallTimeout: c.StallTimeout, RetryAttempts: c.RetryAttempts, LoopGuard: c.LoopGuard, Concurrency: c.StepConcurrency,
+		StopGrace: c.StopGrace, MaxDeliver: c.MaxDeliver, ParkLimit: c.RunnerParkLimit(), ReassignLimit: c.ReassignLimit,
+		CodeVersion: CodeVersion(), OutboxStall: c.OutboxStall, ApprovalSteps: c.ApprovalSteps, ApprovalTimeout: c.ApprovalTimeout,
+		Notices: c.notices(), Outbox: out,
+		SystemsOf: func(h app.Handles) (map[string]undo.System, error) {
+			return nightundo.Night{JS: h.JS, Ledger: env.LedgerBook, ERP: env.ERP, Marks: h.Marks, Store: h.Store, Now: h.Now}.Systems()
+		},
+		// Unready at once: the step in hand still has its grace before its loop returns.
+		Ended:  func(service string, err error) { d.fail(fmt.Errorf("service %s stopped: %w", service, err)) },
+		Faults: d.Faults, Now: d.Now, Logger: d.Logger, Metrics: d.Metrics,
+	}, nil
 }
 
-// settleAs settles a finishing run by store's signer.
-func (d *Deps) settleAs(store *kc.Store) func(ctx context.Context, runID string) {
-	return func(ctx context.Context, runID string) {
-		if _, err := supervisor.Settle(ctx, d.JS, assets.Default, store, d.Marks, runID, d.Now); err != nil {
-			d.Logger.Warn("settling run", slog.String("run_id", runID), slog.Any("error", err))
-		}
-	}
-}
-
-// storeOf is the checkpoint store that signs as service name (keys.go).
-func (d *Deps) storeOf(name string) *kc.Store { return d.Store.As(d.signers[name]) }
-
-// RunCompensator runs the compensator (undo) until ctx ends.
-func (d *Deps) RunCompensator(ctx context.Context, env *night.Env) error {
-	store := d.storeOf("compensator")
-	systems, err := nightundo.Night{JS: d.JS, Ledger: env.LedgerBook, ERP: env.ERP, Marks: d.Marks, Store: store, Now: d.Now}.Systems()
-	if err != nil {
-		return err
-	}
-	c, err := undo.New(undo.Config{
-		JS: d.JS, Store: store, Systems: systems, Handovers: d.Handovers, Heartbeat: d.Config.Heartbeat,
-		TakeoverGap: d.Config.TakeoverGap, Faults: d.Faults, Now: d.Now, Logger: d.Logger, RetryAttempts: d.Config.RetryAttempts,
-	})
-	if err != nil {
-		return err
-	}
-	return c.Run(ctx)
-}
-
-// RunSupervisor runs the supervisor until ctx ends.
-func (d *Deps) RunSupervisor(ctx context.Context) error {
-	s, err := supervisor.New(supervisor.Config{
-		JS: d.JS, Store: d.storeOf("supervisor"), Approvers: d.Ring, Marks: d.Marks, Handovers: d.Handovers, NaturalKeys: d.Natural, Pipeline: night.Pipeline, Lease: d.Config.Lease,
-		TakeoverGap: d.Config.TakeoverGap, Heartbeat: d.Config.Heartbeat, StallTimeout: d.Config.StallTimeout, ApprovalTimeout: d.Config.ApprovalTimeout, ReassignLimit: d.Config.ReassignLimit,
-		OutboxStall: d.Config.OutboxStall,
-		Now:         d.Now, Logger: d.Logger.With(slog.String("service", "supervisor")), Metrics: d.Metrics, Notify: d.notifyAs("supervisor"), Faults: d.Faults,
-	})
-	if err != nil {
-		return err
-	}
-	return s.Run(ctx)
-}
-
-// RunOutboxSender runs the outbox sender until ctx ends.
-func (d *Deps) RunOutboxSender(ctx context.Context) error {
+// outboxConfig is the night's outbox: its mail to CAIRN_SMTP_ADDR, else as files in
+// CAIRN_MAIL_DIR; from mailFrom to the recipients its steps derive; the kinds each step
+// queues. The host adds the notices (CAIRN_NOTIFY_*), the marks, the timeline and the
+// metrics.
+func (d *Deps) outboxConfig() (*outbox.SenderConfig, error) {
+	c := d.Config
 	// One message's turn ends well inside the durable's ack wait, so a delivery that hangs is
 	// given up and retried by this sender, never handed to a second one while it still runs;
 	// the call itself gets half of the turn, the marks the rest.
-	turn := d.Config.AckWait * 2 / 3
-	var t outbox.Transport = outbox.FileTransport{Dir: d.Config.MailDir}
-	if d.Config.SMTPAddr != "" {
-		t = outbox.SMTPTransport{Addr: d.Config.SMTPAddr, Timeout: turn / 2}
-	} else if err := os.MkdirAll(d.Config.MailDir, 0o755); err != nil {
-		return fmt.Errorf("CAIRN_MAIL_DIR %s: %w", d.Config.MailDir, err)
+	turn := c.AckWait * 2 / 3
+	var t outbox.Transport = outbox.FileTransport{Dir: c.MailDir}
+	if c.SMTPAddr != "" {
+		t = outbox.SMTPTransport{Addr: c.SMTPAddr, Timeout: turn / 2}
+	} else if err := os.MkdirAll(c.MailDir, 0o755); err != nil {
+		return nil, fmt.Errorf("CAIRN_MAIL_DIR %s: %w", c.MailDir, err)
 	}
-	if d.Config.NotifyWebhook != "" {
-		t = outbox.Routed{Mail: t, Webhook: outbox.WebhookTransport{URL: d.Config.NotifyWebhook, Secret: []byte(d.Config.NotifySecret),
-			Client: &http.Client{Timeout: turn / 2}, Now: d.Now}}
-	}
-	log := d.Logger.With(slog.String("service", "outbox-sender"))
-	rej := audit.New(d.JS, "outbox-sender", d.Now)
-	d.Metrics.Func("cairn_outbox_backlog", "Outbox messages not yet sent (pending and unacknowledged on the outbox-sender consumer).", d.outboxBacklog(ctx))
-	s, err := outbox.NewSender(outbox.SenderConfig{
-		JS: d.JS, Transport: countingTransport{t, d.Metrics}, Logger: log, Timeout: turn, MaxBackoff: d.Config.OutboxBackoff,
-		Admit: outbox.RecordAdmission(d.Store), Faults: d.Faults, Trust: d.outboxTrust(),
-		Allow:  d.Config.allow(),
-		Marked: d.settleAs(d.storeOf("outbox-sender")),
-		Dropped: func(ctx context.Context, m outbox.Message, reason string) {
-			d.Metrics.Outbox.WithLabelValues("dropped").Inc()
-			log.Warn("outbox message dropped", slog.String("run_id", m.RunID), slog.String("key", m.Key), slog.String("reason", reason))
-			_ = rej.Record(ctx, events.AuditItemID(m.RunID, m.Step, "outbox.dropped", m.Token, m.Key, 0),
-				events.Audit{RunID: m.RunID, Step: m.Step, Event: "outbox.dropped", Token: m.Token, Item: m.Key, Detail: reason})
-		},
-		// The supervisor hands the run over naming the message and this error.
-		Refused: func(ctx context.Context, m outbox.Message, err error) {
-			d.Metrics.Outbox.WithLabelValues("refused").Inc()
-			_ = rej.Record(ctx, events.AuditItemID(m.RunID, m.Step, supervisor.EventOutboxRefused, m.Token, m.Key, int(m.Requeue)),
-				events.Audit{RunID: m.RunID, Step: m.Step, Event: supervisor.EventOutboxRefused, Token: m.Token, Item: m.Key, Detail: clip(err.Error(), 400)})
-		},
-		Rejected: func(ctx context.Context, m jetstream.Msg, reason error) {
-			d.Metrics.Outbox.WithLabelValues("rejected").Inc()
-			meta, _ := m.Metadata()
-			var seq uint64
-			if meta != nil {
-				seq = meta.Sequence.Stream
-			}
-			nm := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
-			_ = rej.Reject(ctx, events.RejectedID(assets.StreamOutbox, seq), "", events.NewRejected(assets.StreamOutbox, seq, nm, reason.Error()))
-		},
-	})
-	if err != nil {
-		return err
-	}
-	return s.Run(ctx)
-}
-
-// outboxBacklog reads the outbox-sender consumer's backlog at scrape time; -1 when it cannot.
-func (d *Deps) outboxBacklog(ctx context.Context) func() float64 {
-	return func() float64 {
-		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		c, err := d.JS.Consumer(qctx, assets.StreamOutbox, assets.ConsumerOutbox)
-		if err != nil {
-			return -1
-		}
-		info, err := c.Info(qctx)
-		if err != nil {
-			return -1
-		}
-		return float64(info.NumPending) + float64(info.NumAckPending)
-	}
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
-}
-
-// countingTransport counts the messages handed to the outside system.
-type countingTransport struct {
-	outbox.Transport
-	m *metrics.Metrics
-}
-
-func (t countingTransport) Deliver(ctx context.Context, m outbox.Message, raw []byte) error {
-	err := t.Transport.Deliver(ctx, m, raw)
-	if err == nil {
-		t.m.Outbox.WithLabelValues("sent").Inc()
-	}
-	return err
+	return &outbox.SenderConfig{Transport: t, Timeout: turn, MaxBackoff: c.OutboxBackoff, Allow: c.allow(),
+		Trust: &outbox.Trust{Kinds: night.Kinds()}}, nil
 }
 
 // The one sender of Cairn's mail, and the finance mailbox the night's report goes to.

@@ -399,6 +399,8 @@ func Open(ctx context.Context, c Config) (*Host, error) {
 			return nil, fmt.Errorf("looking up bucket %s: %w", name, err)
 		}
 	}
+	c.Metrics.Once("cairn_cas_conflicts_total", "Checkpoint compare-and-set writes refused because another writer changed the record first.", true,
+		func() float64 { return float64(h.store.Conflicts()) })
 	return h, nil
 }
 
@@ -594,17 +596,28 @@ func (h *Host) outboxSender(sg *identity.Signer) (*outbox.Sender, error) {
 		trust.Ring = h.ring
 		oc.Trust = &trust
 	}
+	oc.Transport = countingTransport{oc.Transport, c.Metrics}
 	timeline := audit.New(c.JS, OutboxSender, c.Now).In(c.Space())
 	settle := h.settleAs(h.store.As(sg))
-	marked, refused, rejected := oc.Marked, oc.Refused, oc.Rejected
+	marked, refused, rejected, dropped := oc.Marked, oc.Refused, oc.Rejected, oc.Dropped
 	oc.Marked = func(ctx context.Context, runID string) {
 		if marked != nil {
 			marked(ctx, runID)
 		}
 		settle(ctx, runID)
 	}
+	oc.Dropped = func(ctx context.Context, m outbox.Message, reason string) {
+		c.Metrics.Outbox.WithLabelValues("dropped").Inc()
+		c.Logger.Warn("outbox message dropped", slog.String("service", OutboxSender), slog.String("run_id", m.RunID), slog.String("key", m.Key), slog.String("reason", reason))
+		_ = timeline.Record(ctx, events.AuditItemID(m.RunID, m.Step, "outbox.dropped", m.Token, m.Key, 0),
+			events.Audit{RunID: m.RunID, Step: m.Step, Event: "outbox.dropped", Token: m.Token, Item: m.Key, Detail: reason})
+		if dropped != nil {
+			dropped(ctx, m, reason)
+		}
+	}
 	// The supervisor hands the run over naming the message and this error.
 	oc.Refused = func(ctx context.Context, m outbox.Message, err error) {
+		c.Metrics.Outbox.WithLabelValues("refused").Inc()
 		_ = timeline.Record(ctx, events.AuditItemID(m.RunID, m.Step, supervisor.EventOutboxRefused, m.Token, m.Key, int(m.Requeue)),
 			events.Audit{RunID: m.RunID, Step: m.Step, Event: supervisor.EventOutboxRefused, Token: m.Token, Item: m.Key, Detail: clip(err.Error(), 400)})
 		if refused != nil {
@@ -612,6 +625,7 @@ func (h *Host) outboxSender(sg *identity.Signer) (*outbox.Sender, error) {
 		}
 	}
 	oc.Rejected = func(ctx context.Context, m jetstream.Msg, reason error) {
+		c.Metrics.Outbox.WithLabelValues("rejected").Inc()
 		var seq uint64
 		if meta, err := m.Metadata(); err == nil {
 			seq = meta.Sequence.Stream
@@ -627,7 +641,39 @@ func (h *Host) outboxSender(sg *identity.Signer) (*outbox.Sender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("Outbox: %w", err)
 	}
+	c.Metrics.Once("cairn_outbox_backlog", "Outbox messages not yet sent (pending and unacknowledged on the outbox-sender consumer).", false, h.outboxBacklog)
 	return s, nil
+}
+
+// outboxBacklog reads the outbox sender's durable's backlog at scrape time; -1 when it
+// cannot.
+func (h *Host) outboxBacklog() float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	sp := h.c.Space()
+	cons, err := h.c.JS.Consumer(ctx, sp.Stream(assets.StreamOutbox), assets.ConsumerOutbox)
+	if err != nil {
+		return -1
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return -1
+	}
+	return float64(info.NumPending) + float64(info.NumAckPending)
+}
+
+// countingTransport counts the messages handed to the outside system.
+type countingTransport struct {
+	outbox.Transport
+	m *metrics.Metrics
+}
+
+func (t countingTransport) Deliver(ctx context.Context, m outbox.Message, raw []byte) error {
+	err := t.Transport.Deliver(ctx, m, raw)
+	if err == nil {
+		t.m.Outbox.WithLabelValues("sent").Inc()
+	}
+	return err
 }
 
 func clip(s string, n int) string {

@@ -76,6 +76,16 @@ func (m *Metrics) Func(name, help string, f func() float64) {
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
 }
 
+// Once registers a gauge (counter false) or a counter whose value f reads, unless one of that
+// name is registered already (another pipeline's host in the process): the first stays.
+func (m *Metrics) Once(name, help string, counter bool, f func() float64) {
+	var c prometheus.Collector = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	if counter {
+		c = prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
+	}
+	_ = m.reg.Register(c) // an AlreadyRegisteredError keeps the first
+}
+
 // CounterFunc registers a counter whose value f reads (for example a store's conflict count).
 func (m *Metrics) CounterFunc(name, help string, f func() float64) {
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
