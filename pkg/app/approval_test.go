@@ -326,9 +326,9 @@ func evidenced(js jetstream.JetStream, keys, webhook string, send *atomic.Int32)
 		res.Parked, res.Items = parked, len(items)
 		return res, nil
 	})
-	sendStep := stepFunc(func(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+	sendStep := sentFunc(func(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
 		send.Add(1)
-		return output("sent"), nil
+		return output([]string{a.RunID + ":sent"}), nil
 	})
 	return app.Config{
 		JS: js, KeysDir: keys, Heartbeat: 200 * time.Millisecond, Lease: time.Second, TakeoverGap: 100 * time.Millisecond,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,6 +37,28 @@ type stepFunc func(ctx context.Context, a *runner.Attempt) (*runner.Result, erro
 
 func (f stepFunc) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
 	return f(ctx, a)
+}
+
+// sentFunc is a step that sends messages through the outbox: its output is the keys it
+// queued, and its verification checks the outbox holds each one (what a step that writes
+// outside must verify before it is done).
+type sentFunc func(ctx context.Context, a *runner.Attempt) (*runner.Result, error)
+
+func (f sentFunc) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+	return f(ctx, a)
+}
+
+func (f sentFunc) Verify(ctx context.Context, a *runner.Attempt, r *runner.Result) error {
+	var keys []string
+	if err := json.Unmarshal(r.Output, &keys); err != nil {
+		return fmt.Errorf("the output is not the list of keys queued: %w", err)
+	}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, a.RunID+":") {
+			return fmt.Errorf("message %q is not of run %s", k, a.RunID)
+		}
+	}
+	return nil
 }
 
 func output(v any) *runner.Result {

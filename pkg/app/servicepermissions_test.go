@@ -69,9 +69,9 @@ func trio(js jetstream.JetStream, keys, relay, webhook string, sends *atomic.Int
 		}
 		return output(answers), nil
 	})
-	send := stepFunc(func(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+	send := sentFunc(func(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
 		try := sends.Add(1)
-		var answers []string
+		var answers, keys []string
 		if err := input(ctx, a, "ask", &answers); err != nil {
 			return nil, err
 		}
@@ -84,11 +84,12 @@ func trio(js jetstream.JetStream, keys, relay, webhook string, sends *atomic.Int
 			if err := a.QueueWithdrawable(ctx, w); err != nil {
 				return nil, err
 			}
+			keys = append(keys, key)
 			if try == 1 && i == 0 {
 				return nil, runner.Temporary(errors.New("the relay's queue went away for now (injected)"))
 			}
 		}
-		return output(len(answers)), nil
+		return output(keys), nil
 	})
 	return app.Config{
 		JS: js, KeysDir: keys, Heartbeat: 200 * time.Millisecond, Lease: time.Second, TakeoverGap: 100 * time.Millisecond,

@@ -188,6 +188,18 @@ func (p postRows) RaiseFences(ctx context.Context, _ *runner.Attempt, t fence.To
 	return fence.Hold(ctx, p.db.db, fence.SQLite, "fences", t)
 }
 
+// Verify checks that the rows table holds a row for every region of the run.
+func (p postRows) Verify(ctx context.Context, a *runner.Attempt, _ *runner.Result) error {
+	var n int
+	if err := p.db.db.QueryRowContext(ctx, `SELECT count(*) FROM rows WHERE run_id = ?`, a.RunID).Scan(&n); err != nil {
+		return err
+	}
+	if want := len(strings.Split(a.Params.String("regions"), ",")); n != want {
+		return fmt.Errorf("%d rows of run %s stored, want %d", n, a.RunID, want)
+	}
+	return nil
+}
+
 func (p postRows) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
 	db := p.db
 	regions := strings.Split(a.Params.String("regions"), ",")

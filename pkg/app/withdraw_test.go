@@ -19,8 +19,9 @@ import (
 // notices sends one notice per item with Attempt.QueueWithdrawable: each with its
 // withdrawal, <run>:notice:<item>:withdraw, which an undo sends in its place.
 func notices(t *testing.T, relay string) app.Config {
-	send := stepFunc(func(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+	send := sentFunc(func(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
 		var ws []runner.Withdrawable
+		var keys []string
 		for _, it := range strings.Split(a.Params.String("items"), ",") {
 			key := a.RunID + ":notice:" + it
 			ws = append(ws, runner.Withdrawable{
@@ -30,11 +31,12 @@ func notices(t *testing.T, relay string) app.Config {
 					Subject: "Withdrawn: notice " + it, Body: "please disregard the notice of item " + it + "\n"},
 				Attrs: map[string]string{"item": it},
 			})
+			keys = append(keys, key)
 		}
 		if err := a.QueueWithdrawable(ctx, ws...); err != nil {
 			return nil, err
 		}
-		return output(len(ws)), nil
+		return output(keys), nil
 	})
 	return app.Config{
 		JS: natsFor(t), KeysDir: filepath.Join(t.TempDir(), "keys"), Heartbeat: 200 * time.Millisecond, Lease: time.Second,

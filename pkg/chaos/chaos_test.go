@@ -56,6 +56,23 @@ func (count) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error)
 
 type post struct{ url string }
 
+// Verify checks that every row of the run was posted (the ledger answered 200 to each key,
+// or the step would have failed) by counting the items against the count step's output.
+func (p post) Verify(ctx context.Context, a *runner.Attempt, r *runner.Result) error {
+	b, err := a.Input(ctx, "count")
+	if err != nil {
+		return err
+	}
+	var n int
+	if err := json.Unmarshal(b, &n); err != nil {
+		return err
+	}
+	if r.Items != n {
+		return fmt.Errorf("posted %d rows, want %d", r.Items, n)
+	}
+	return nil
+}
+
 func (p post) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
 	b, err := a.Input(ctx, "count")
 	if err != nil {

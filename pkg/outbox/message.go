@@ -81,7 +81,8 @@ func (m Message) validate() error {
 	if m.Generation < 0 {
 		problems = append(problems, "generation is negative")
 	}
-	if _, err := mail.ParseAddress(m.From); err != nil {
+	// A webhook call has no sender: its From is needed only when one is given.
+	if _, err := mail.ParseAddress(m.From); err != nil && !(webhook(m) && m.From == "") {
 		problems = append(problems, fmt.Sprintf("from %q is not an address", m.From))
 	}
 	if len(m.To) == 0 {

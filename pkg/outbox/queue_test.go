@@ -102,3 +102,23 @@ func TestQueueRefusesInvalidMessages(t *testing.T) {
 		t.Errorf("stream holds %d messages after refused queues, want 0", info.State.Msgs)
 	}
 }
+
+// A webhook call has no sender: one queued without a From is valid (a step that only calls
+// a webhook needs no mail address configured), while a mail without one, or a webhook call
+// with a From that is no address, is refused.
+func TestAWebhookCallNeedsNoFrom(t *testing.T) {
+	call := message("run-1", "hook", "run-1:hook:1")
+	call.From, call.To = "", []string{"https://hooks.example.com/cairn"}
+	if err := call.Validate(); err != nil {
+		t.Errorf("a webhook call without From: %v, want it valid", err)
+	}
+	call.From = "nobody"
+	if err := call.Validate(); err == nil || !strings.Contains(err.Error(), `from "nobody" is not an address`) {
+		t.Errorf("a webhook call from %q: %v, want it refused", call.From, err)
+	}
+	mail := message("run-1", "debit", "run-1:debit:SUP-07")
+	mail.From = ""
+	if err := mail.Validate(); err == nil || !strings.Contains(err.Error(), `from "" is not an address`) {
+		t.Errorf("a mail without From: %v, want it refused", err)
+	}
+}

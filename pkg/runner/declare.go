@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 
@@ -16,7 +17,8 @@ import (
 //     declared fenced that raises none would let a zombie's late write land.
 //   - A model call names where its answers are memoised (Memo): an unmemoised call is paid
 //     again on every restart.
-//   - A step that writes to an outside system names the key that makes a repeat harmless
+//   - A step that writes to an outside system verifies what it wrote before it is done (a
+//     Verifier), and names the key that makes a repeat harmless
 //     (Key).
 func declarationsAgree(c Config) error {
 	def, ok := c.Pipeline.Step(c.StepName)
@@ -32,6 +34,9 @@ func declarationsAgree(c Config) error {
 	}
 	if def.Kind == pipeline.ModelCall && def.Memo == "" {
 		errs = append(errs, fmt.Errorf("step %q: a model call that is not memoised (its definition names no Memo): a restart would pay for every answer again", c.StepName))
+	}
+	if _, verifies := c.Step.(Verifier); def.Writes() && !verifies {
+		errs = append(errs, fmt.Errorf("step %q: it writes to an outside system (%s) but verifies nothing before it is done (a runner.Verifier that checks what it wrote): a write that did not land would be committed as done", c.StepName, cmp.Or(def.Effects, string(def.Kind))))
 	}
 	if def.Writes() && def.Key == "" {
 		errs = append(errs, fmt.Errorf("step %q: it writes to an outside system (%s) but its definition names no Key that makes a repeat harmless", c.StepName, def.Effects))

@@ -10,10 +10,12 @@ import (
 	"github.com/cairnhq/cairn/pkg/runner"
 )
 
-// fencer is a step that raises fences.
+// fencer is a step that raises fences and verifies what it wrote.
 type fencer struct{ stepFunc }
 
 func (fencer) RaiseFences(context.Context, *runner.Attempt, fence.Token) error { return nil }
+
+func (fencer) Verify(context.Context, *runner.Attempt, *runner.Result) error { return nil }
 
 // A step whose declaration contradicts what its implementation does is refused at start,
 // naming the step and the contradiction; the same step declared as it behaves starts.
@@ -34,6 +36,8 @@ func TestContradictingDeclarationRefused(t *testing.T) {
 			"a model call that is not memoised"},
 		{"writes, no key", pipeline.Step{Kind: pipeline.BusinessWrite, Leased: true, Effects: "rows"}, plain,
 			"writes to an outside system (rows) but its definition names no Key"},
+		{"writes, verifies nothing", pipeline.Step{Kind: pipeline.OutsideMessage, Leased: true, Effects: "mail", Key: "k"}, plain,
+			"writes to an outside system (mail) but verifies nothing before it is done"},
 		{"checks the source, no checker", pipeline.Step{Kind: pipeline.Compute, ChecksSource: true}, plain,
 			"its definition says it checks the source true, its implementation false"},
 		{"as declared: fenced", pipeline.Step{Kind: pipeline.BusinessWrite, Leased: true, Fenced: true, Effects: "rows", Key: "k"}, raising, ""},

@@ -32,6 +32,21 @@ func (f stepFunc) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, e
 	return f(ctx, a)
 }
 
+// writeFunc is a step function declared as writing outside: its verification checks that
+// its output was stored (the toy's writes are saga records, which the runner counts).
+type writeFunc func(ctx context.Context, a *runner.Attempt) (*runner.Result, error)
+
+func (f writeFunc) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+	return f(ctx, a)
+}
+
+func (writeFunc) Verify(_ context.Context, _ *runner.Attempt, r *runner.Result) error {
+	if len(r.Output) == 0 {
+		return errors.New("no output")
+	}
+	return nil
+}
+
 // output returns a step that succeeds with a small JSON output naming it.
 func output(name string) stepFunc {
 	return func(context.Context, *runner.Attempt) (*runner.Result, error) {

@@ -88,7 +88,7 @@ func TestIntentsOpenCountsWritesBegunAndNotConfirmed(t *testing.T) {
 		return saga.Record{Key: key, RunID: "r1", Step: "one", Phase: phase, Payload: []byte(`{}`)}
 	}
 	var calls atomic.Int32
-	one := stepFunc(func(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+	one := writeFunc(func(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
 		if calls.Add(1) == 1 {
 			// k1 written and confirmed, k2 and k3 begun, then the attempt fails.
 			for _, r := range []saga.Record{rec("k1", saga.Intent), rec("k1", saga.Outcome), rec("k2", saga.Intent), rec("k3", saga.Intent)} {
