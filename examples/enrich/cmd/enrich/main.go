@@ -54,6 +54,7 @@ import (
 // Settings are the job's environment variables.
 type Settings struct {
 	NATSURL     string        `envconfig:"CAIRN_NATS_URL" default:"nats://127.0.0.1:4222"`
+	NATSCreds   string        `envconfig:"CAIRN_NATS_CREDS"` // a user's credentials file, for a server with users
 	DataDir     string        `envconfig:"ENRICH_DATA_DIR" default:"./enrich-data"`
 	ProfileURL  string        `envconfig:"ENRICH_PROFILE_URL"`
 	GeoURL      string        `envconfig:"ENRICH_GEO_URL"`
@@ -181,7 +182,17 @@ func initConfig(js jetstream.JetStream, dir string) app.Config {
 
 // serve makes the assets (init) or runs the named services.
 func serve(ctx context.Context, s Settings, init bool, names []string) error {
-	nc, err := nats.Connect(s.NATSURL, nats.Name("enrich"), nats.MaxReconnects(-1), nats.CustomInboxPrefix(enrich.Space.Inbox()))
+	// A process of one service takes its replies under that service's inbox, which its own
+	// NATS user (`cairn permissions --pipeline enrich --service NAME`) allows.
+	inbox := enrich.Space.Inbox()
+	if len(names) == 1 {
+		inbox = enrich.Space.ServiceInbox(names[0])
+	}
+	opts := []nats.Option{nats.Name("enrich"), nats.MaxReconnects(-1), nats.CustomInboxPrefix(inbox)}
+	if s.NATSCreds != "" {
+		opts = append(opts, nats.UserCredentials(s.NATSCreds))
+	}
+	nc, err := nats.Connect(s.NATSURL, opts...)
 	if err != nil {
 		return fmt.Errorf("connecting to CAIRN_NATS_URL %s: %w", s.NATSURL, err)
 	}
