@@ -44,20 +44,7 @@ func TestCLIStartHostedPipelineTwice(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	cli := func(args ...string) (string, int) {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, cairnBin, args...)
-		cmd.Env = append(os.Environ(), "CAIRN_NATS_URL="+js.Conn().ConnectedUrl(), "CAIRN_DATA_DIR="+dir)
-		out, err := cmd.CombinedOutput()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return string(out), ee.ExitCode()
-		}
-		if err != nil {
-			t.Fatalf("cairn %v: %v", args, err)
-		}
-		return string(out), 0
-	}
+	cli := hostedCLI(ctx, t, js.Conn().ConnectedUrl(), dir)
 
 	if out, code := cli("start", "--pipeline", "copy", "--input", "source=a.csv", "--run-id", "r-1", "--wait"); code != 0 || !strings.Contains(out, "started r-1") {
 		t.Fatalf("cairn start --pipeline copy r-1: exit %d\n%s", code, out)
@@ -70,6 +57,25 @@ func TestCLIStartHostedPipelineTwice(t *testing.T) {
 	}
 	if out, code := cli("rejected", "--pipeline", "copy"); code != 0 || !strings.Contains(out, "r-2") || !strings.Contains(out, "cairn.copy.runs.start") {
 		t.Errorf("cairn rejected --pipeline copy: exit %d, want r-2's refused start:\n%s", code, out)
+	}
+}
+
+// hostedCLI runs cairn's commands against the NATS at url with data dir, and returns their
+// output and exit code.
+func hostedCLI(ctx context.Context, t *testing.T, url, dir string) func(args ...string) (string, int) {
+	return func(args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, cairnBin, args...)
+		cmd.Env = append(os.Environ(), "CAIRN_NATS_URL="+url, "CAIRN_DATA_DIR="+dir)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return string(out), ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatalf("cairn %v: %v", args, err)
+		}
+		return string(out), 0
 	}
 }
 
