@@ -75,7 +75,7 @@ func TestNightWithAModelEndpoint(t *testing.T) {
 	n.start("CAIRN_MODEL_URL="+srv.URL+"/v1", "CAIRN_MODEL_NAME=local-model", "CAIRN_MODEL_KEY=sk-test",
 		"CAIRN_MODEL_RPS=1000", "CAIRN_MODEL_TIMEOUT=1s")
 	n.startRun()
-	n.approveUnclear("1 item parked at extract") // the garbage invoice
+	n.approveUnclear(0, "1 item parked at extract") // the garbage invoice
 	rec := n.waitStatus(runLimit, kc.Done, kc.HandedOver)
 	if rec.Status != kc.Done {
 		t.Fatalf("status %s: %s", rec.Status, rec.NextAction)

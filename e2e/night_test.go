@@ -138,12 +138,14 @@ func TestCrashInExtract(t *testing.T) {
 	}
 }
 
-// approveUnclear waits for the night to stop before debit-notes, which cannot be undone,
+// approveUnclear waits for the night's generation to stop before debit-notes, which cannot be undone,
 // because its evidence is unclear (why), checks that nothing of debit-notes was sent, and
 // approves the evidence as a registered approver.
-func (n *night) approveUnclear(why string) {
+func (n *night) approveUnclear(generation int, why string) {
 	n.t.Helper()
-	rec := n.waitStatus(runLimit, kc.WaitingApproval, kc.Done, kc.HandedOver)
+	rec := n.waitRecord(runLimit, fmt.Sprintf("generation %d waiting, done or handed over", generation), func(r *kc.Record) bool {
+		return r.Generation == generation && (r.Status == kc.WaitingApproval || r.Status == kc.Done || r.Status == kc.HandedOver)
+	})
 	if rec.Status != kc.WaitingApproval || rec.Approval == nil || rec.Approval.Step != job.DebitNotes || !strings.Contains(rec.NextAction, why) {
 		n.t.Fatalf("the night is %s (approval %+v, next: %s); want it waiting before debit-notes saying %q", rec.Status, rec.Approval, rec.NextAction, why)
 	}
@@ -165,7 +167,7 @@ func TestUnreadableInvoicesParked(t *testing.T) {
 	n := newNight(t, 2)
 	n.start()
 	n.startRun()
-	n.approveUnclear("2 items parked at extract")
+	n.approveUnclear(0, "2 items parked at extract")
 	rec := n.waitStatus(runLimit, kc.Done)
 	n.assertTruth()
 	n.assertReport(rec)

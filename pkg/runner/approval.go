@@ -79,8 +79,14 @@ func (r *Runner) approvalGate(ctx context.Context, a *Attempt, h *kc.Holder, unc
 // (its code, prompt, schema or model).
 const versionChangeNote = "version change: "
 
+// DriftAccepted is what the first step's last error says when a person resumed the run
+// after a fix and the run reads its changed source again (the supervisor writes it): a later
+// step that cannot be undone waits for a person on that evidence.
+const DriftAccepted = "a person accepted a change of the source"
+
 // unclearEvidence says why rec's evidence is unclear before step, "" when it is clear: items
-// an earlier step parked, and a step restarted under other versions than its first attempt's.
+// an earlier step parked, a step restarted under other versions than its first attempt's,
+// and a source that changed during the run, read again once a person accepted it.
 // Each reason names its step, in the pipeline's order, so the same evidence reads the same.
 func unclearEvidence(rec *kc.Record, step string) string {
 	var why []string
@@ -98,6 +104,9 @@ func unclearEvidence(rec *kc.Record, step string) string {
 		}
 		if s.LastError != nil && strings.Contains(*s.LastError, versionChangeNote) {
 			why = append(why, fmt.Sprintf("%s was restarted under other versions", name))
+		}
+		if s.LastError != nil && strings.Contains(*s.LastError, DriftAccepted) {
+			why = append(why, fmt.Sprintf("the source changed during the run and %s read it again after a fix", name))
 		}
 	}
 	return strings.Join(why, "; ")

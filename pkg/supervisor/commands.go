@@ -282,11 +282,15 @@ func stoppedAt(r *kc.Record) string {
 }
 
 func rerunFrom(r *kc.Record, stopped string) string {
-	from := stopped
+	from, drift := stopped, ""
 	if st := r.Step(stopped); st.LastError != nil && strings.Contains(*st.LastError, runner.ErrSourceChanged.Error()) {
-		from = r.Pipeline[0]
+		from, drift = r.Pipeline[0], *st.LastError
 	}
 	resetFrom(r, from)
+	if drift != "" {
+		// The evidence a later step that cannot be undone waits on (runner.DriftAccepted).
+		r.Step(from).SetLastError(kc.CutText(runner.DriftAccepted+" (after a fix): "+drift, kc.MaxKeptError))
+	}
 	return from
 }
 

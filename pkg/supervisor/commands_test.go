@@ -13,6 +13,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/runner"
 )
 
 func TestCancelStopsARunningRunAndCopiesItsLease(t *testing.T) {
@@ -293,9 +294,14 @@ func TestResumeAfterFixOfAChangedSourceRerunsFromTheFirstStep(t *testing.T) {
 		t.Fatalf("status %s, generation %d, fingerprint %v, handover %v", rec.Status, rec.Generation, rec.SourceFingerprint, rec.Handover)
 	}
 	for _, name := range rec.Pipeline {
-		if st := rec.Step(name); st.Status != kc.Pending || st.Attempts != 0 || st.Output != nil || st.LastError != nil {
+		if st := rec.Step(name); st.Status != kc.Pending || st.Attempts != 0 || st.Output != nil || (st.LastError != nil && name != "a") {
 			t.Errorf("step %s: %+v, want a fresh pending step", name, st)
 		}
+	}
+	// The first step says that a person accepted the change: the evidence a later step that
+	// cannot be undone waits on.
+	if le := rec.Step("a").LastError; le == nil || !strings.HasPrefix(*le, runner.DriftAccepted) || !strings.Contains(*le, "INV-7") {
+		t.Errorf("step a's last error %v, want it to say %q, naming the change", le, runner.DriftAccepted)
 	}
 	stepEvent(t, f.published(t), "r1", "a", rev, 1)
 	f.settled(t)
