@@ -109,7 +109,7 @@ func TestChangedDebitNoteAfterCrashHandsOver(t *testing.T) {
 	n.withServer(func(jetstream.KeyValue) {
 		ctx := context.Background()
 		js := n.storageJS()
-		msgs, err := supervisor.Queued(ctx, js, runID)
+		msgs, err := supervisor.Queued(ctx, js, assets.Default, nil, runID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -198,7 +198,7 @@ func TestChangedDebitNoteAfterCrashHandsOver(t *testing.T) {
 	}
 
 	// Nothing with the new text reached the outbox; the first text is delivered, once.
-	msgs, err := supervisor.Queued(context.Background(), n.js, runID)
+	msgs, err := supervisor.Queued(context.Background(), n.js, assets.Default, nil, runID)
 	if err != nil {
 		t.Fatal(err)
 	}

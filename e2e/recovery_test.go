@@ -139,7 +139,7 @@ func (n *night) outcome(rec *kc.Record) nightOutcome {
 			value_delta_paise||' '||reason||' '||coalesce(reverses, '-') FROM stock_adjustments ORDER BY key`),
 		Levels: n.column("erp.db", `SELECT warehouse||' '||sku||' '||qty||' '||value_paise FROM stock_levels ORDER BY warehouse, sku`),
 	}
-	msgs, err := supervisor.Queued(ctx, n.js, runID)
+	msgs, err := supervisor.Queued(ctx, n.js, assets.Default, nil, runID)
 	if err != nil {
 		n.t.Fatal(err)
 	}

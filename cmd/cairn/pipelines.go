@@ -56,7 +56,7 @@ func openPipelines(ctx context.Context, js jetstream.JetStream, only string) ([]
 		if err != nil {
 			return nil, fmt.Errorf("registered pipeline %q: %w", r.Name, err)
 		}
-		ring, err := identity.OpenRingIn(ctx, js, sp)
+		ring, err := identity.OpenRing(ctx, js, sp)
 		if err != nil {
 			return nil, fmt.Errorf("pipeline %s: %w", r.Name, err)
 		}

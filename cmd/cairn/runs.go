@@ -366,7 +366,7 @@ func printUndelivered(ctx context.Context, out io.Writer, js jetstream.JetStream
 	}
 	// What the sender would send: a forged message (refused on cairn.rejected) is not waited on.
 	var trust *outbox.Trust
-	if ring, err := identity.OpenRingIn(ctx, js, sp); err == nil {
+	if ring, err := identity.OpenRing(ctx, js, sp); err == nil {
 		trust = &outbox.Trust{Ring: ring}
 	}
 	pending, queued, err := supervisor.Undelivered(ctx, js, sp, trust, marks, r)

@@ -240,7 +240,7 @@ func (n *Night) outcome(ctx context.Context, js jetstream.JetStream, rec *kc.Rec
 	if o.Levels, err = column(ctx, erp, `SELECT warehouse||' '||sku||' '||qty||' '||value_paise FROM stock_levels ORDER BY warehouse, sku`); err != nil {
 		return o, nil, err
 	}
-	msgs, err := supervisor.Queued(ctx, js, RunID)
+	msgs, err := supervisor.Queued(ctx, js, assets.Default, nil, RunID)
 	if err != nil {
 		return o, nil, err
 	}

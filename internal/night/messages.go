@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/cairnhq/cairn/internal/recon"
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/runner"
 	"github.com/cairnhq/cairn/pkg/saga"
@@ -125,7 +126,7 @@ func (s debitNotesStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Res
 // standingNotes are the debit notes of earlier generations that went (or are still to go,
 // when queued by this generation), none withdrawn since.
 func (s debitNotesStep) standingNotes(ctx context.Context, a *runner.Attempt) ([]outbox.Message, error) {
-	msgs, err := supervisor.QueuedBy(ctx, a.JS(), outboxTrust(a), a.RunID)
+	msgs, err := supervisor.Queued(ctx, a.JS(), assets.Default, outboxTrust(a), a.RunID)
 	if err != nil {
 		return nil, runner.Temporary(err)
 	}
@@ -247,7 +248,7 @@ func queuedAll(ctx context.Context, a *runner.Attempt, keys []string) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	msgs, err := supervisor.QueuedBy(ctx, a.JS(), outboxTrust(a), a.RunID)
+	msgs, err := supervisor.Queued(ctx, a.JS(), assets.Default, outboxTrust(a), a.RunID)
 	if err != nil {
 		return runner.Temporary(err)
 	}

@@ -104,7 +104,7 @@ func keysBy[T any](xs []T, key func(T) string) []string {
 // queued is the step's messages of this generation on the run's outbox (each key once),
 // and the first planned one not among them.
 func queued(ctx context.Context, a *runner.Attempt, planned []string) (runner.Progress, error) {
-	msgs, err := supervisor.QueuedBy(ctx, a.JS(), outboxTrust(a), a.RunID)
+	msgs, err := supervisor.Queued(ctx, a.JS(), assets.Default, outboxTrust(a), a.RunID)
 	if err != nil {
 		return runner.Progress{}, err
 	}

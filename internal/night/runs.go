@@ -16,7 +16,7 @@ import (
 // cairn init registered, so a tool never follows a record no service would act on.
 // DecodeEntry is the same check for a watcher's entries.
 func OpenRuns(ctx context.Context, js jetstream.JetStream, opts ...kc.Option) (*kc.Store, error) {
-	ring, err := identity.OpenRing(ctx, js)
+	ring, err := identity.OpenRing(ctx, js, assets.Default)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cairnhq/cairn/internal/books"
 	"github.com/cairnhq/cairn/pkg/artifacts"
+	"github.com/cairnhq/cairn/pkg/assets"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/supervisor"
@@ -126,7 +127,7 @@ func stockRows(ctx context.Context, src Sources, r *kc.Record) (any, error) {
 }
 
 func messages(ctx context.Context, src Sources, r *kc.Record) (any, error) {
-	ms, err := supervisor.Queued(ctx, src.JS, r.RunID)
+	ms, err := supervisor.Queued(ctx, src.JS, assets.Default, nil, r.RunID)
 	if err != nil {
 		return nil, err
 	}

@@ -120,7 +120,7 @@ func Open(ctx context.Context, c Config, js jetstream.JetStream, log *slog.Logge
 	d := &Deps{Config: c, JS: js, Logger: log, Now: time.Now, Metrics: metrics.New(), failed: make(chan struct{})}
 	d.Metrics.SetReady(func() error { return d.ready(ctx) })
 	var err error
-	if d.Ring, err = identity.OpenRing(ctx, js); err != nil {
+	if d.Ring, err = identity.OpenRing(ctx, js, assets.Default); err != nil {
 		return nil, fmt.Errorf("the signing keys (run cairn init): %w", err)
 	}
 	if d.Store, err = kc.Open(ctx, js, assets.BucketRuns, kc.WithClock(func() time.Time { return d.Now() }), kc.WithRing(d.Ring), kc.WithPipeline(night.Pipeline.Names())); err != nil {

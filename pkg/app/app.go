@@ -383,7 +383,7 @@ func Open(ctx context.Context, c Config) (*Host, error) {
 	}
 	h := &Host{c: c}
 	var err error
-	if h.ring, err = identity.OpenRingIn(ctx, c.JS, c.Space()); err != nil {
+	if h.ring, err = identity.OpenRing(ctx, c.JS, c.Space()); err != nil {
 		return nil, fmt.Errorf("the signing keys (run app.Init): %w", err)
 	}
 	if h.store, err = kc.Open(ctx, c.JS, c.Space().Bucket(assets.BucketRuns), kc.WithClock(func() time.Time { return c.Now() }), kc.WithRing(h.ring), kc.WithPipeline(c.Pipeline.Names())); err != nil {

@@ -16,7 +16,8 @@ const SourceNATSCLI = "/nats-cli"
 // traceParentHeader is the W3C header a plain publish may carry.
 const traceParentHeader = "traceparent"
 
-// DecodeCommand decodes a message received on a cairn.runs.> subject.
+// DecodeCommand decodes a message received on space sp's <root>runs.> subjects
+// (cairn.runs.> for assets.Default, the reference night's).
 //
 // A message without ce-specversion is taken as the data of that subject's
 // command type (start -> [TypeRunStart], <run>.approve -> [TypeRunApprove],
@@ -29,13 +30,8 @@ const traceParentHeader = "traceparent"
 //
 // A message with ce-specversion is decoded as by [Decode], except that a
 // start may have an empty subject; its type must be the subject's command
-// type and, on cairn.runs.<run_id>.<verb>, its subject must be that run id.
-func DecodeCommand(m *nats.Msg, fallbackID string) (Event, error) {
-	return DecodeCommandIn(assets.Default, m, fallbackID)
-}
-
-// DecodeCommandIn is DecodeCommand for a command of space sp (on its <root>runs.> subjects).
-func DecodeCommandIn(sp assets.Space, m *nats.Msg, fallbackID string) (Event, error) {
+// type and, on <root>runs.<run_id>.<verb>, its subject must be that run id.
+func DecodeCommand(sp assets.Space, m *nats.Msg, fallbackID string) (Event, error) {
 	e, err := decodeCommand(sp, m, fallbackID)
 	if err != nil {
 		return Event{}, fmt.Errorf("decoding command on %q: %w", m.Subject, err)
@@ -55,7 +51,7 @@ func decodeCommand(sp assets.Space, m *nats.Msg, fallbackID string) (Event, erro
 }
 
 func decodeCommandEvent(sp assets.Space, m *nats.Msg, fallbackID string) (Event, error) {
-	runID, verb, err := ParseRunSubjectIn(sp, m.Subject)
+	runID, verb, err := ParseRunSubject(sp, m.Subject)
 	if err != nil {
 		return Event{}, err
 	}

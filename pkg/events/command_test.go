@@ -8,12 +8,14 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/cairnhq/cairn/pkg/assets"
 )
 
 func TestDecodeCommandPlainStart(t *testing.T) {
 	t.Parallel()
 	m := &nats.Msg{Subject: RunStartSubject, Data: []byte(`{"run_id":"run-2026-10-13-ldh","warehouse":"ldh","date":"2026-10-13"}`)}
-	e, err := DecodeCommand(m, "seq-7")
+	e, err := DecodeCommand(assets.Default, m, "seq-7")
 	if err != nil {
 		t.Fatalf("DecodeCommand: %v", err)
 	}
@@ -34,7 +36,7 @@ func TestDecodeCommandStartWithoutRunID(t *testing.T) {
 	t.Parallel()
 	m := &nats.Msg{Subject: RunStartSubject, Data: []byte(`{"request_id":"req-1","warehouse":"ldh","date":"2026-10-13","shadow":true}`)}
 	m.Header = nats.Header{"traceparent": {"00-abc-def-01"}}
-	e, err := DecodeCommand(m, "seq-1")
+	e, err := DecodeCommand(assets.Default, m, "seq-1")
 	if err != nil {
 		t.Fatalf("DecodeCommand: %v", err)
 	}
@@ -53,7 +55,7 @@ func TestDecodeCommandStartWithoutRunID(t *testing.T) {
 func TestDecodeCommandEmptyApprove(t *testing.T) {
 	t.Parallel()
 	m := &nats.Msg{Subject: RunSubject(testRun, VerbApprove)}
-	e, err := DecodeCommand(m, "seq-42")
+	e, err := DecodeCommand(assets.Default, m, "seq-42")
 	if err != nil {
 		t.Fatalf("DecodeCommand: %v", err)
 	}
@@ -71,7 +73,7 @@ func TestDecodeCommandCloudEvent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Encode: %v", err)
 	}
-	got, err := DecodeCommand(m, "seq-1")
+	got, err := DecodeCommand(assets.Default, m, "seq-1")
 	if err != nil {
 		t.Fatalf("DecodeCommand: %v", err)
 	}
@@ -81,7 +83,7 @@ func TestDecodeCommandCloudEvent(t *testing.T) {
 	if m, err = Encode(RunStartSubject, start); err != nil {
 		t.Fatalf("Encode start: %v", err)
 	}
-	if got, err = DecodeCommand(m, "seq-2"); err != nil {
+	if got, err = DecodeCommand(assets.Default, m, "seq-2"); err != nil {
 		t.Fatalf("DecodeCommand start without subject: %v", err)
 	}
 	sameEvent(t, got, start)
@@ -115,7 +117,7 @@ func TestDecodeCommandRefuses(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := DecodeCommand(tc.m, "seq-1")
+			_, err := DecodeCommand(assets.Default, tc.m, "seq-1")
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("err = %v, want ErrInvalid", err)
 			}
@@ -128,7 +130,7 @@ func TestDecodeCommandRefuses(t *testing.T) {
 
 func TestDecodeCommandNeedsAnID(t *testing.T) {
 	t.Parallel()
-	_, err := DecodeCommand(&nats.Msg{Subject: RunSubject(testRun, VerbCancel)}, "")
+	_, err := DecodeCommand(assets.Default, &nats.Msg{Subject: RunSubject(testRun, VerbCancel)}, "")
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "no request_id") {
 		t.Fatalf("err = %v, want ErrInvalid saying no request_id", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/nats-io/nats.go"
 )
@@ -37,7 +38,7 @@ func ExampleEncode() {
 // without CloudEvent headers; DecodeCommand makes it an approve command.
 func ExampleDecodeCommand() {
 	m := &nats.Msg{Subject: "cairn.runs.run-2026-10-13-ldh.approve"}
-	e, err := events.DecodeCommand(m, "seq-12")
+	e, err := events.DecodeCommand(assets.Default, m, "seq-12")
 	if err != nil {
 		panic(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/cairnhq/cairn/pkg/assets"
 )
 
 // FuzzDecode feeds Decode and DecodeCommand arbitrary headers ("key: value"
@@ -54,11 +56,11 @@ func FuzzDecode(f *testing.F) {
 		}
 		for _, subject := range []string{RunStartSubject, RunSubject("run-1", VerbApprove)} {
 			m := &nats.Msg{Subject: subject, Header: parseHeaders(headers), Data: body}
-			e, err := DecodeCommand(m, "seq-1")
+			e, err := DecodeCommand(assets.Default, m, "seq-1")
 			if err != nil {
 				continue
 			}
-			again := reencode(t, subject, e, func(m *nats.Msg) (Event, error) { return DecodeCommand(m, "seq-2") })
+			again := reencode(t, subject, e, func(m *nats.Msg) (Event, error) { return DecodeCommand(assets.Default, m, "seq-2") })
 			sameEvent(t, again, e)
 		}
 	})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 )
 
@@ -42,7 +43,7 @@ func TestDecodeCommandEnforcesTheLimits(t *testing.T) {
 		{"a CloudEvent within", cloud("ok-3", events.Command{By: "asha"}), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := events.DecodeCommand(tc.msg, "seq-1")
+			_, err := events.DecodeCommand(assets.Default, tc.msg, "seq-1")
 			if tc.ok {
 				if err != nil {
 					t.Fatalf("DecodeCommand: %v, want it decoded", err)

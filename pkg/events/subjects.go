@@ -33,15 +33,10 @@ func SagaSubject(runID, step string) string { return assets.Default.Saga(runID, 
 // OutboxSubject is cairn.outbox.<run_id>.<kind>.
 func OutboxSubject(runID, kind string) string { return assets.Default.Outbox(runID, kind) }
 
-// ParseRunSubject is ParseRunSubjectIn the default space.
-func ParseRunSubject(subject string) (runID, verb string, err error) {
-	return ParseRunSubjectIn(assets.Default, subject)
-}
-
-// ParseRunSubjectIn splits sp's start subject (cairn.runs.start) into ("", "start") and
+// ParseRunSubject splits sp's start subject (cairn.runs.start) into ("", "start") and
 // <root>runs.<run_id>.<verb> into (run_id, verb). Any other shape, an unknown verb or a
 // bad run id is an error naming the subject and wrapping [ErrInvalid].
-func ParseRunSubjectIn(sp assets.Space, subject string) (runID, verb string, err error) {
+func ParseRunSubject(sp assets.Space, subject string) (runID, verb string, err error) {
 	if subject == sp.RunStart() {
 		return "", VerbStart, nil
 	}

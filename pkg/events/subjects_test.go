@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/cairnhq/cairn/pkg/assets"
 )
 
 func TestSubjects(t *testing.T) {
@@ -40,9 +42,9 @@ func TestParseRunSubject(t *testing.T) {
 		{"cairn.runs.start.cancel", "start", "cancel"},
 	}
 	for _, tc := range good {
-		run, verb, err := ParseRunSubject(tc.subject)
+		run, verb, err := ParseRunSubject(assets.Default, tc.subject)
 		if err != nil || run != tc.run || verb != tc.verb {
-			t.Errorf("ParseRunSubject(%q) = %q, %q, %v; want %q, %q", tc.subject, run, verb, err, tc.run, tc.verb)
+			t.Errorf("ParseRunSubject(assets.Default, %q) = %q, %q, %v; want %q, %q", tc.subject, run, verb, err, tc.run, tc.verb)
 		}
 	}
 	bad := []string{
@@ -51,9 +53,9 @@ func TestParseRunSubject(t *testing.T) {
 		"cairn.runs..approve", "cairn.runs.run-1.approve.", "cairn.runs.start.",
 	}
 	for _, s := range bad {
-		_, _, err := ParseRunSubject(s)
+		_, _, err := ParseRunSubject(assets.Default, s)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "subject "+quote(s)) {
-			t.Errorf("ParseRunSubject(%q) err = %v, want ErrInvalid naming the subject", s, err)
+			t.Errorf("ParseRunSubject(assets.Default, %q) err = %v, want ErrInvalid naming the subject", s, err)
 		}
 	}
 }

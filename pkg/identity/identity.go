@@ -159,13 +159,9 @@ type Ring struct {
 // maxChecked bounds the signatures a ring remembers.
 const maxChecked = 8192
 
-// OpenRing reads the seal from the default space's bucket; keys are read when first needed.
-func OpenRing(ctx context.Context, js jetstream.JetStream) (*Ring, error) {
-	return OpenRingIn(ctx, js, assets.Default)
-}
-
-// OpenRingIn is OpenRing reading space sp's keys bucket.
-func OpenRingIn(ctx context.Context, js jetstream.JetStream, sp assets.Space) (*Ring, error) {
+// OpenRing reads the seal from space sp's keys bucket (assets.Default: the reference
+// night's, cairn-keys); keys are read when first needed.
+func OpenRing(ctx context.Context, js jetstream.JetStream, sp assets.Space) (*Ring, error) {
 	bucket := sp.Bucket(Bucket)
 	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {

@@ -149,7 +149,7 @@ func FuzzSupervisor(f *testing.F) {
 		if v == events.VerbStart {
 			subject = events.RunStartSubject
 		}
-		if ev, err := events.DecodeCommand(&nats.Msg{Subject: subject, Data: body}, fmt.Sprintf("seq-%d", n)); err == nil && v != events.VerbUndo {
+		if ev, err := events.DecodeCommand(assets.Default, &nats.Msg{Subject: subject, Data: body}, fmt.Sprintf("seq-%d", n)); err == nil && v != events.VerbUndo {
 			_ = s.apply(fx.ctx, ev)
 		}
 		if e, err := fx.store.KV().Get(fx.ctx, fuzzRun); err == nil {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/audit"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -134,7 +135,7 @@ func (f *fixture) markOf(t *testing.T, runID, key string) outbox.Mark {
 // copies counts the copies of a message key queued for the run.
 func (f *fixture) copies(t *testing.T, runID, key string) int {
 	t.Helper()
-	msgs, err := Queued(f.ctx, f.js, runID)
+	msgs, err := Queued(f.ctx, f.js, assets.Default, nil, runID)
 	if err != nil {
 		t.Fatalf("listing the outbox: %v", err)
 	}

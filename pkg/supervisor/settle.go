@@ -52,20 +52,10 @@ func Settle(ctx context.Context, js jetstream.JetStream, sp assets.Space, store 
 	return true, nil
 }
 
-// Queued lists the messages queued for a run on CAIRN_OUTBOX, whoever queued them.
-func Queued(ctx context.Context, js jetstream.JetStream, runID string) ([]outbox.Message, error) {
-	return QueuedBy(ctx, js, nil, runID)
-}
-
-// QueuedBy lists the messages queued for a run on CAIRN_OUTBOX that trust accepts (all with
-// a nil trust): a forged message, which the sender refuses, is left out, so it is never
-// waited for, withdrawn or queued again.
-func QueuedBy(ctx context.Context, js jetstream.JetStream, trust *outbox.Trust, runID string) ([]outbox.Message, error) {
-	return QueuedIn(ctx, js, assets.Default, trust, runID)
-}
-
-// QueuedIn is QueuedBy in space sp.
-func QueuedIn(ctx context.Context, js jetstream.JetStream, sp assets.Space, trust *outbox.Trust, runID string) ([]outbox.Message, error) {
+// Queued lists the messages queued for a run on space sp's outbox (CAIRN_OUTBOX for
+// assets.Default) that trust accepts (all with a nil trust): a forged message, which the
+// sender refuses, is left out, so it is never waited for, withdrawn or queued again.
+func Queued(ctx context.Context, js jetstream.JetStream, sp assets.Space, trust *outbox.Trust, runID string) ([]outbox.Message, error) {
 	evs, err := events.ReadStored(ctx, js, sp.Stream(assets.StreamOutbox), sp.Outbox(runID, ">"))
 	if err != nil {
 		return nil, fmt.Errorf("listing the outbox of %q: %w", runID, err)
@@ -94,9 +84,9 @@ type Pending struct {
 
 // Undelivered lists, in key order, the messages of rec's generation that have no sent or
 // cancelled mark, and counts the messages of the run queued in all (copies included): those
-// trust accepts (QueuedBy).
+// trust accepts (Queued).
 func Undelivered(ctx context.Context, js jetstream.JetStream, sp assets.Space, trust *outbox.Trust, marks jetstream.KeyValue, rec *kc.Record) ([]Pending, int, error) {
-	msgs, err := QueuedIn(ctx, js, sp, trust, rec.RunID)
+	msgs, err := Queued(ctx, js, sp, trust, rec.RunID)
 	if err != nil {
 		return nil, 0, err
 	}

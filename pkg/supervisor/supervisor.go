@@ -253,12 +253,12 @@ func (s *Supervisor) Handle(ctx context.Context, m jetstream.Msg) {
 	}
 	defer consume.Recover(s.log, m, func(err error) { s.rejectPanic(ctx, m, seq, err) })
 	nm := natsMsg(m)
-	ev, err := events.DecodeCommandIn(s.cfg.Space, nm, fmt.Sprintf("seq-%d", seq))
+	ev, err := events.DecodeCommand(s.cfg.Space, nm, fmt.Sprintf("seq-%d", seq))
 	if err == nil {
 		err = s.apply(ctx, ev)
 	}
 	verb := "invalid"
-	if _, v, perr := events.ParseRunSubjectIn(s.cfg.Space, m.Subject()); perr == nil && v != "" {
+	if _, v, perr := events.ParseRunSubject(s.cfg.Space, m.Subject()); perr == nil && v != "" {
 		verb = v
 	}
 	var rej *rejection

@@ -123,7 +123,7 @@ func (s *Supervisor) sweepGuarded(ctx context.Context, w watched, startup bool) 
 // is; consume.Recover then terms it.
 func (s *Supervisor) rejectPanic(ctx context.Context, m jetstream.Msg, seq uint64, err error) {
 	nm := natsMsg(m)
-	runID, _, _ := events.ParseRunSubjectIn(s.cfg.Space, m.Subject())
+	runID, _, _ := events.ParseRunSubject(s.cfg.Space, m.Subject())
 	if rerr := s.audit.Reject(ctx, events.RejectedID(s.runStream(), seq), runID, events.NewRejected(s.runStream(), seq, nm, err.Error())); rerr != nil {
 		s.log.Error("recording a rejected command", slog.Any("error", rerr))
 	}

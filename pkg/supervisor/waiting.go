@@ -168,11 +168,11 @@ func (s *Supervisor) keep(ctx context.Context, nm *nats.Msg, adv maxDeliveries) 
 	refuse := func(runID, why string) error {
 		return s.audit.Reject(ctx, events.RejectedID(s.runStream(), adv.StreamSeq), runID, events.NewRejected(s.runStream(), adv.StreamSeq, nm, why))
 	}
-	ev, err := events.DecodeCommandIn(s.cfg.Space, nm, fmt.Sprintf("seq-%d", adv.StreamSeq))
+	ev, err := events.DecodeCommand(s.cfg.Space, nm, fmt.Sprintf("seq-%d", adv.StreamSeq))
 	if err != nil {
 		return refuse("", err.Error())
 	}
-	_, verb, _ := events.ParseRunSubjectIn(s.cfg.Space, nm.Subject)
+	_, verb, _ := events.ParseRunSubject(s.cfg.Space, nm.Subject)
 	if verb == events.VerbStart {
 		return refuse(ev.Subject, "start "+reason+": start it again")
 	}

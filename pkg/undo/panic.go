@@ -31,7 +31,7 @@ const panicAction = "a person decides: fix what made the undo panic, then cairn 
 func (c *Compensator) handoverPanic(ctx context.Context, m jetstream.Msg, nm *nats.Msg, seq uint64, id string, cause error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	runID, _, _ := events.ParseRunSubjectIn(c.cfg.Space, m.Subject())
+	runID, _, _ := events.ParseRunSubject(c.cfg.Space, m.Subject())
 	stream := c.cfg.Space.Stream(assets.StreamRuns)
 	if rerr := c.audit.Reject(ctx, events.RejectedID(stream, seq), runID, events.NewRejected(stream, seq, nm, cause.Error())); rerr != nil {
 		c.log.Error("recording a rejected undo", slog.Any("error", rerr))

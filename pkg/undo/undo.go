@@ -160,7 +160,7 @@ func (c *Compensator) Handle(ctx context.Context, m jetstream.Msg) {
 	// consume.Recover terms it.
 	var id string // the undo's request, once known
 	defer consume.Recover(c.log, m, func(err error) { c.handoverPanic(ctx, m, nm, seq, id, err) })
-	ev, err := events.DecodeCommandIn(c.cfg.Space, nm, fmt.Sprintf("seq-%d", seq))
+	ev, err := events.DecodeCommand(c.cfg.Space, nm, fmt.Sprintf("seq-%d", seq))
 	var cmd events.Command
 	if err == nil {
 		err = ev.Unmarshal(&cmd)
