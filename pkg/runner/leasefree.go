@@ -49,6 +49,7 @@ func (r *Runner) runLeaseFree(ctx context.Context, m jetstream.Msg, ready events
 	if err != nil {
 		return r.failLeaseFree(ctx, a, err)
 	}
+	var change string
 	committed, crev, err := r.cfg.Store.MutateFrom(ctx, rec, rev, a.RunID, func(n *kc.Record) error {
 		if n.Step(a.Step).Status == kc.Verified || n.Generation != a.Generation {
 			return kc.ErrSkip
@@ -63,6 +64,16 @@ func (r *Runner) runLeaseFree(ctx context.Context, m jetstream.Msg, ready events
 			n.Restarts++
 			n.Step(a.Step).Attempts++
 		}
+		// An earlier attempt that failed recorded the versions it ran under: other ones now
+		// are a version change, as a leased step's restart records it.
+		s := n.Step(a.Step)
+		if change = versionChange(s.Versions, r.versions()); change != "" {
+			msg := versionChangeNote + change
+			if s.LastError != nil {
+				msg += "; before: " + *s.LastError
+			}
+			s.SetLastError(msg)
+		}
 		r.applyCommit(n, a, res, outs)
 		return nil
 	})
@@ -75,6 +86,10 @@ func (r *Runner) runLeaseFree(ctx context.Context, m jetstream.Msg, ready events
 	}
 	if err != nil {
 		return r.failLeaseFree(ctx, a, Temporary(err))
+	}
+	if change != "" {
+		r.auditStep(a, "version.changed", a.Token.Value, change)
+		a.log.Warn("the step ran again under other versions", slog.String("change", change))
 	}
 	return r.afterCommit(ctx, a, committed, crev)
 }
@@ -122,6 +137,7 @@ func (r *Runner) failLeaseFree(ctx context.Context, a *Attempt, err error) settl
 		s.Attempts++
 		attempts = s.Attempts
 		s.SetLastError(err.Error())
+		s.Versions = r.versions() // what the next attempt compares its own with
 		s.SetIntentsOpen(open, counted)
 		if handover {
 			if a.guarded != nil {

@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -145,5 +147,49 @@ func TestHandoverRecordsIntentsOpen(t *testing.T) {
 	got := f.wait(t, "r1", handedOver)
 	if e := got.Step("one").Effects; e == nil || e.IntentsOpen != 1 {
 		t.Fatalf("handed over: effects %+v, want 1 intent open", e)
+	}
+}
+
+// A lease-free step whose attempt failed records the versions it ran under; its next attempt,
+// under another code version, commits with the change in its last error (as a leased step's
+// restart records it) and on the timeline, so a later step that cannot be undone sees it.
+func TestLeaseFreeStepRecordsAVersionChange(t *testing.T) {
+	f := setup(t)
+	failed := make(chan struct{})
+	first := stepFunc(func(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+		select {
+		case <-failed:
+		default:
+			close(failed)
+		}
+		return nil, runner.Temporary(errors.New("the compute's input went away for now (injected)"))
+	})
+	f.run(t, f.config("one", output("one")))
+	f.run(t, f.config("three", output("three")))
+	c := f.config("two", first)
+	c.CodeVersion = "v1"
+	r1, err := runner.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r1.Run(ctx) }()
+	f.start(t, "r1")
+	rec := f.wait(t, "r1", func(r *kc.Record) bool { return r.Step("two").Attempts == 1 })
+	if v := rec.Step("two").Versions.Code; v == nil || *v != "v1" {
+		t.Fatalf("the failed attempt recorded code %v, want v1", v)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	c = f.config("two", output("two"))
+	c.CodeVersion = "v2"
+	f.run(t, c)
+	rec = f.wait(t, "r1", finishing)
+	two := rec.Step("two")
+	if two.LastError == nil || !strings.Contains(*two.LastError, "version change: code v1 → v2") || two.Versions.Code == nil || *two.Versions.Code != "v2" {
+		t.Fatalf("two verified with last error %v and code %v, want the change v1 → v2 recorded", two.LastError, two.Versions.Code)
 	}
 }
