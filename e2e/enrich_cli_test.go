@@ -15,6 +15,7 @@ import (
 	"github.com/cairnhq/cairn/examples/enrich"
 	"github.com/cairnhq/cairn/examples/enrich/records"
 	"github.com/cairnhq/cairn/examples/enrich/stubapi"
+	"github.com/cairnhq/cairn/internal/apptest"
 	"github.com/cairnhq/cairn/internal/natstest"
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
@@ -80,18 +81,7 @@ func TestEnrichFromTheCLI(t *testing.T) {
 		Limits:    map[string]ratelimit.Limit{enrich.RateSetting: enrich.GeoLimit(15)},
 		Heartbeat: 200 * time.Millisecond, Lease: time.Second, TakeoverGap: 100 * time.Millisecond, LoopGuard: 2,
 		Notices: app.Notices{Webhook: hook.URL, Secret: []byte("s3cret")}}
-	if err := app.Init(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	running, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- app.Run(running, cfg) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	defer apptest.Host(ctx, t, cfg)()
 	cli := hostedCLI(ctx, t, js.Conn().ConnectedUrl(), dir)
 
 	if out, code := cli("start", "--pipeline", "enrich", "--input", "source="+source, "--run-id", "r-1", "--wait"); code != 0 || !strings.Contains(out, "started r-1") {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnhq/cairn/internal/apptest"
 	"github.com/cairnhq/cairn/internal/natstest"
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/pipeline"
@@ -32,18 +33,7 @@ func TestCLIStartHostedPipelineTwice(t *testing.T) {
 		}},
 		Steps: map[string]runner.Step{"read": rowsStep{}},
 	}
-	if err := app.Init(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	running, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- app.Run(running, cfg) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	defer apptest.Host(ctx, t, cfg)()
 	cli := hostedCLI(ctx, t, js.Conn().ConnectedUrl(), dir)
 
 	if out, code := cli("start", "--pipeline", "copy", "--input", "source=a.csv", "--run-id", "r-1", "--wait"); code != 0 || !strings.Contains(out, "started r-1") {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnhq/cairn/internal/apptest"
 	"github.com/cairnhq/cairn/internal/natstest"
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/pipeline"
@@ -34,18 +35,7 @@ func TestStartPipelineTwice(t *testing.T) {
 		}},
 		Steps: map[string]runner.Step{"read": constStep("rows"), "sum": constStep("total")},
 	}
-	if err := app.Init(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	running, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- app.Run(running, cfg) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	defer apptest.Host(ctx, t, cfg)()
 
 	var out bytes.Buffer
 	first := []string{"--pipeline", "copy", "--input", "source=a.csv", "--json", `{"limit": 10}`}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/apptest"
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
@@ -118,24 +119,6 @@ func gated(js jetstream.JetStream, name, keys, relay, webhook string, timeout ti
 	}
 }
 
-// host makes cfg's assets and runs every service of it until stop, which fails the test
-// when a service ended with an error.
-func host(ctx context.Context, t *testing.T, cfg app.Config) (stop func()) {
-	t.Helper()
-	if err := app.Init(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	running, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- app.Run(running, cfg) }()
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}
-}
-
 // approveAs registers a new approver by in pipeline name's keys and sends its signed
 // approve of the plan rec waits on.
 func approveAs(ctx context.Context, t *testing.T, js jetstream.JetStream, name, by string, rec *kc.Record) {
@@ -188,7 +171,7 @@ func TestApprovalGateOnAHostedPipeline(t *testing.T) {
 	if !slices.Contains(cfg.Services(), app.OutboxSender) {
 		t.Fatalf("services %v: a pipeline with notices runs an outbox sender", cfg.Services())
 	}
-	stop := host(ctx, t, cfg)
+	apptest.Host(ctx, t, cfg)
 	if err := app.Start(ctx, js, "gate", "r-1", map[string]any{"items": "a,b"}); err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +227,6 @@ func TestApprovalGateOnAHostedPipeline(t *testing.T) {
 	if n := len(wh.of(outbox.KindHandover, "r-1")); n != 0 {
 		t.Errorf("r-1 was handed over %d times", n)
 	}
-	stop()
 }
 
 // A hosted pipeline's run nobody approves is handed over at the approval timeout, and the
@@ -255,7 +237,7 @@ func TestApprovalTimeoutHandsOverAndNotifies(t *testing.T) {
 	defer cancel()
 	mb, wh, send := startMailbox(t), startHook(t), &planned{}
 	cfg := gated(js, "gateout", filepath.Join(t.TempDir(), "keys"), mb.addr, wh.URL, 2*time.Second, send)
-	stop := host(ctx, t, cfg)
+	apptest.Host(ctx, t, cfg)
 	if err := app.Start(ctx, js, "gateout", "r-1", map[string]any{"items": "a"}); err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +261,6 @@ func TestApprovalTimeoutHandsOverAndNotifies(t *testing.T) {
 	if n := send.runs.Load(); n != 0 {
 		t.Errorf("send ran %d times without approval", n)
 	}
-	stop()
 }
 
 // Notices and approval gates that cannot work are refused when the pipeline starts, naming the
@@ -353,7 +334,7 @@ func TestIrreversibleStepWaitsOnUnclearEvidence(t *testing.T) {
 	wh := startHook(t)
 	var sends atomic.Int32
 	cfg := evidenced(js, filepath.Join(t.TempDir(), "keys"), wh.URL, &sends)
-	stop := host(ctx, t, cfg)
+	apptest.Host(ctx, t, cfg)
 	var clean, unclear []string
 	for i := range 20 {
 		clean = append(clean, fmt.Sprintf("i%d", i))
@@ -399,5 +380,4 @@ func TestIrreversibleStepWaitsOnUnclearEvidence(t *testing.T) {
 	if rec.Status != kc.Done || sends.Load() != 2 {
 		t.Fatalf("the approved run ended %s, send ran %d times in all; want done, twice", rec.Status, sends.Load())
 	}
-	stop()
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnhq/cairn/internal/apptest"
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
@@ -64,18 +65,7 @@ func TestUndoWithdrawsHostedMail(t *testing.T) {
 	mb := startMailbox(t)
 	cfg := notices(t, mb.addr)
 	js := cfg.JS
-	if err := app.Init(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	running, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- app.Run(running, cfg) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
+	defer apptest.Host(ctx, t, cfg)()
 	store, err := kc.Open(ctx, js, assets.MustSpace("notices").Bucket(assets.BucketRuns))
 	if err != nil {
 		t.Fatal(err)
