@@ -249,8 +249,9 @@ func TestApprovalTimeoutHandsOverAndNotifies(t *testing.T) {
 		t.Fatalf("r-1 ended %s, want handed over at the approval timeout", end.Status)
 	}
 	waitFor(ctx, t, "the handover notice by webhook", func() bool { return len(wh.of(outbox.KindHandover, "r-1")) == 1 })
-	if n := wh.of(outbox.KindHandover, "r-1")[0]; !strings.Contains(n.Note.Error, "CAIRN_APPROVAL_TIMEOUT") {
-		t.Errorf("the handover notice says %q, want the approval timeout", n.Note.Error)
+	if n := wh.of(outbox.KindHandover, "r-1")[0]; !strings.Contains(n.Note.Error, "CAIRN_APPROVAL_TIMEOUT") ||
+		!strings.Contains(n.Note.NextAction, "cairn resume r-1 --pipeline gateout") {
+		t.Errorf("the handover notice says %q, next %q; want the approval timeout, and the commands naming the pipeline", n.Note.Error, n.Note.NextAction)
 	}
 	waitFor(ctx, t, "the handover and approval notices by mail", func() bool { return len(mb.counts()) == 2 })
 	for k, n := range mb.counts() {
@@ -363,7 +364,8 @@ func TestIrreversibleStepWaitsOnUnclearEvidence(t *testing.T) {
 		rec, _, err = store.Load(ctx, "unclear")
 		return err == nil && rec.Status == kc.WaitingApproval
 	})
-	if rec.Approval == nil || rec.Approval.Step != "send" || !strings.Contains(rec.NextAction, "1 item parked at items") {
+	if rec.Approval == nil || rec.Approval.Step != "send" || !strings.Contains(rec.NextAction, "1 item parked at items") ||
+		!strings.Contains(rec.NextAction, "cairn approve unclear --pipeline evidence") {
 		t.Fatalf("the unclear run waits with approval %+v and next action %q; want send, naming the item parked at items", rec.Approval, rec.NextAction)
 	}
 	if n := sends.Load(); n != 1 {

@@ -83,6 +83,15 @@ func (s Space) Bucket(base string) string {
 	return "cairn-" + s.name + strings.TrimPrefix(base, "cairn")
 }
 
+// RunArg is how the operator's CLI names run runID of this space: the run id, with
+// --pipeline NAME outside the default space (cairn resume RUN --pipeline NAME).
+func (s Space) RunArg(runID string) string {
+	if s.name == "" {
+		return runID
+	}
+	return runID + " --pipeline " + s.name
+}
+
 // Root is the first tokens of every subject of the space: "cairn." or "cairn.enrich.".
 func (s Space) Root() string {
 	if s.name == "" {

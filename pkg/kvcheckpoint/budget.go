@@ -49,6 +49,10 @@ const MaxKeptError = 160
 // MaxNextAction bounds the next_action a step sets, in bytes.
 const MaxNextAction = 256
 
+// NextActionRoom is the longest next_action the budget keeps room for in run runID's record:
+// MaxNextAction, or a handover's, which names the run three times.
+func NextActionRoom(runID string) int { return max(MaxNextAction, 96+3*len(runID)) }
+
 // MaxCodeVersion bounds a step's versions.code in bytes (the runner refuses a longer one).
 const MaxCodeVersion = 24
 
@@ -259,7 +263,7 @@ func stepRoomBySize(r *Record, step string, size int) (int, bool) {
 	// The record's own fields, as projectFullest sets them.
 	n += c.stringLen(string(WaitingApproval)) - c.stringLen(string(r.Status))
 	n += c.grownLen(r.Handover, len(r.RunID)+handoverTail) - c.strPtrLen(r.Handover)
-	n += c.grownLen(&r.NextAction, max(MaxNextAction, 96+3*len(r.RunID))) - c.stringLen(r.NextAction)
+	n += c.grownLen(&r.NextAction, NextActionRoom(r.RunID)) - c.stringLen(r.NextAction)
 	n += intLen(max(r.Restarts, bigCount)) - intLen(r.Restarts)
 	n += intLen(max(r.Generation, bigCount)) - intLen(r.Generation)
 	if r.SourceFingerprint == nil {
@@ -384,7 +388,7 @@ func projectFullest(p *Record, ahead []string, others bool) {
 	}
 	p.Status = WaitingApproval // the longest status
 	p.Handover = grow(p.Handover, len(p.RunID)+handoverTail)
-	p.NextAction = growString(p.NextAction, max(MaxNextAction, 96+3*len(p.RunID)))
+	p.NextAction = growString(p.NextAction, NextActionRoom(p.RunID))
 	p.Restarts, p.Generation = max(p.Restarts, bigCount), max(p.Generation, bigCount)
 	if p.SourceFingerprint == nil {
 		p.SourceFingerprint = grow(nil, fingerprint)

@@ -45,16 +45,20 @@ func (r *Runner) approvalGate(ctx context.Context, a *Attempt, h *kc.Holder, unc
 		return nil, false // a person approved this evidence already
 	}
 	why := "waiting for a person to approve the plan " + out.Digest
-	next := fmt.Sprintf("waiting for a person to approve the plan of %s (%s, %d bytes): cairn approve %s, or cairn reject %s", a.Step, out.Digest, out.Size, a.RunID, a.RunID)
+	run := r.cfg.Space.RunArg(a.RunID)
+	next := fmt.Sprintf("waiting for a person to approve the plan of %s (%s, %d bytes): cairn approve %s, or cairn reject %s", a.Step, out.Digest, out.Size, run, run)
 	if unclear != "" {
 		why = fmt.Sprintf("the evidence is unclear before %s, which cannot be undone: %s", a.Step, unclear)
-		next = fmt.Sprintf("waiting for a person: %s; approve to go on (cairn approve %s, plan %s), or cairn reject %s", why, a.RunID, out.Digest, a.RunID)
+		// The reasons, then the commands; what the record's bound cuts is the end of a long
+		// list of reasons (the notice and the timeline keep them whole), never the commands.
+		tail := fmt.Sprintf("; cairn approve %s, or cairn reject %s", run, run)
+		next = kc.CutText("waiting for a person: "+why, max(kc.NextActionRoom(a.RunID)-len(tail), 0)) + tail
 	}
 	err = h.Release(ctx, func(n *kc.Record) error {
 		n.Status = kc.WaitingApproval
 		n.Approval = &kc.Approval{Step: a.Step, PlanDigest: out.Digest} // since: the store stamps this write's time
 		n.Step(a.Step).Status = kc.Pending
-		n.NextAction = next
+		n.NextAction = kc.CutText(next, kc.NextActionRoom(a.RunID))
 		return nil
 	})
 	if classify(err) == classFenced {

@@ -154,7 +154,7 @@ func (r *Runner) note(rec *kc.Record, step, tag string, cause error, p *Progress
 	return HandoverNote{
 		ID: fmt.Sprintf("%s:handover:%s:%s", runID, step, tag), RunID: runID, Step: step,
 		Error: cut(cause.Error(), kc.MaxLastError), Done: done,
-		NextAction: fmt.Sprintf(handoverAction, runID), At: r.stamp(),
+		NextAction: kc.CutText(fmt.Sprintf(handoverAction, r.cfg.Space.RunArg(runID)), kc.NextActionRoom(runID)), At: r.stamp(),
 	}
 }
 

@@ -52,7 +52,7 @@ func (s *Supervisor) handOver(ctx context.Context, runID, step, reason string, c
 	}
 	note := runner.HandoverNote{
 		ID: id, RunID: runID, Step: step,
-		Error: cut(cause.Error(), kc.MaxLastError), NextAction: fmt.Sprintf("a person decides: cairn resume %[1]s, cairn resume %[1]s --after-fix, or cairn undo %[1]s", runID),
+		Error: cut(cause.Error(), kc.MaxLastError), NextAction: kc.CutText(fmt.Sprintf("a person decides: cairn resume %[1]s, cairn resume %[1]s --after-fix, or cairn undo %[1]s", s.cfg.Space.RunArg(runID)), kc.NextActionRoom(runID)),
 		At: s.stamp(),
 		// What the record knows: the verified steps' keys and messages, and the loop
 		// guard's last count of the stopped step (the supervisor reads no outside system).
