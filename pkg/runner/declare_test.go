@@ -38,6 +38,8 @@ func TestContradictingDeclarationRefused(t *testing.T) {
 			"writes to an outside system (rows) but its definition names no Key"},
 		{"writes, verifies nothing", pipeline.Step{Kind: pipeline.OutsideMessage, Leased: true, Effects: "mail", Key: "k"}, plain,
 			"writes to an outside system (mail) but verifies nothing before it is done"},
+		{"cannot be undone, takes no lease", pipeline.Step{Kind: pipeline.Compute, Irreversible: true}, plain,
+			"cannot be undone, and would not stop while the run's evidence is unclear: it takes no lease"},
 		{"checks the source, no checker", pipeline.Step{Kind: pipeline.Compute, ChecksSource: true}, plain,
 			"its definition says it checks the source true, its implementation false"},
 		{"as declared: fenced", pipeline.Step{Kind: pipeline.BusinessWrite, Leased: true, Fenced: true, Effects: "rows", Key: "k"}, raising, ""},

@@ -124,10 +124,14 @@ func (c Config) validate() error {
 	if _, ok := c.Step.(Planner); c.Approval && !ok {
 		errs = append(errs, fmt.Errorf("step %q cannot wait for approval: it cannot plan", c.StepName))
 	}
-	if def, ok := c.Pipeline.Step(c.StepName); ok && c.Approval && !def.Leased {
+	if def, ok := c.Pipeline.Step(c.StepName); ok && (c.Approval || def.Irreversible) && !def.Leased {
 		// The gate is taken under the step's lease, which moves the whole run to waiting:
-		// a lease-free step would run ungated.
-		errs = append(errs, fmt.Errorf("step %q cannot wait for approval: it takes no lease (declare it Leased)", c.StepName))
+		// a lease-free step would run ungated, an irreversible one whatever the evidence.
+		why := "wait for approval"
+		if !c.Approval {
+			why = "be undone, and would not stop while the run's evidence is unclear"
+		}
+		errs = append(errs, fmt.Errorf("step %q cannot %s: it takes no lease (declare it Leased)", c.StepName, why))
 	}
 	if err := declarationsAgree(c); err != nil {
 		errs = append(errs, err)
