@@ -41,8 +41,11 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -166,6 +169,14 @@ type Config struct {
 	// Limits are the shared rate limits the steps declare (pipeline.Step.RateLimit), by the
 	// name of the setting that declares each: Init registers them for the fault map.
 	Limits map[string]ratelimit.Limit
+
+	// MetricsAddr is where Run serves /metrics, /healthz and /readyz (CAIRN_METRICS_ADDR; port
+	// 0: one the kernel chooses, logged as "serving metrics" with its url and given to
+	// Serving). /readyz answers 200 while every service runs and the NATS connection is up,
+	// 503 with the reason otherwise (starting, a service that stopped by itself, reconnecting,
+	// stopping). "": none served.
+	MetricsAddr string
+	Serving     func(addr net.Addr) // called once the metrics are served; may be nil
 
 	Faults  *faults.Set // crash points (cairn chaos, tests); nil injects none
 	Logger  *slog.Logger
@@ -349,10 +360,21 @@ func Run(ctx context.Context, c Config, services ...string) error {
 			return err
 		}
 	}
+	var ended atomic.Pointer[error] // the first service that stopped by itself
+	if err := h.serve(ctx, &ended); err != nil {
+		return err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	for _, s := range services {
 		g.Go(func() error {
 			err := loops[s](gctx)
+			if ctx.Err() == nil { // stopped by itself: unready for good
+				e := fmt.Errorf("service %s stopped: it returned", s)
+				if err != nil {
+					e = fmt.Errorf("service %s stopped: %w", s, err)
+				}
+				ended.CompareAndSwap(nil, &e)
+			}
 			if err != nil {
 				return fmt.Errorf("service %s: %w", s, err)
 			}
@@ -363,6 +385,36 @@ func Run(ctx context.Context, c Config, services ...string) error {
 		})
 	}
 	return g.Wait()
+}
+
+// serve serves the metrics and the readiness on Config.MetricsAddr until ctx ends; ended is
+// the first service that stopped by itself (the process is unready for good then).
+func (h *Host) serve(ctx context.Context, ended *atomic.Pointer[error]) error {
+	c := h.c
+	if c.MetricsAddr == "" {
+		return nil
+	}
+	c.Metrics.SetReady(func() error {
+		switch {
+		case ended.Load() != nil:
+			return *ended.Load()
+		case ctx.Err() != nil:
+			return errors.New("stopping")
+		case c.JS.Conn().Status() != nats.CONNECTED:
+			return fmt.Errorf("the NATS connection is %s", strings.ToLower(c.JS.Conn().Status().String()))
+		}
+		return nil
+	})
+	addr, err := c.Metrics.Listen(ctx, c.MetricsAddr, c.Logger)
+	if err != nil {
+		return fmt.Errorf("CAIRN_METRICS_ADDR: %w", err)
+	}
+	c.Logger.Info("serving metrics", slog.String("pipeline", c.Pipeline.Name), slog.String("url", "http://"+addr.String()+"/metrics"),
+		slog.String("readiness", "http://"+addr.String()+"/readyz"))
+	if c.Serving != nil {
+		c.Serving(addr)
+	}
+	return nil
 }
 
 // Open checks the configuration (the steps' implementations included) and the assets (run

@@ -15,7 +15,7 @@ import (
 
 // Settings are the CAIRN_* environment variables every hosted pipeline takes, whatever its
 // job, as the reference night takes them: the approval gates, who hears of handovers and
-// waits, and how their mail leaves. A pipeline's main reads them with LoadSettings when it
+// waits, how their mail leaves, and where the process serves its metrics. A pipeline's main reads them with LoadSettings when it
 // starts and applies them to its Config; a wrong one stops it there, naming the variable.
 type Settings struct {
 	ApprovalSteps   []string      `envconfig:"CAIRN_APPROVAL_STEPS"`
@@ -27,6 +27,8 @@ type Settings struct {
 	// MailDir (one .eml a message).
 	SMTPAddr string `envconfig:"CAIRN_SMTP_ADDR"`
 	MailDir  string `envconfig:"CAIRN_MAIL_DIR"`
+	// MetricsAddr is where the process serves /metrics, /healthz and /readyz (Config.MetricsAddr).
+	MetricsAddr string `envconfig:"CAIRN_METRICS_ADDR"`
 }
 
 // LoadSettings reads the settings from the environment and checks what can be checked
@@ -49,6 +51,11 @@ func (s Settings) Validate() error {
 	if s.SMTPAddr != "" {
 		if host, port, err := net.SplitHostPort(s.SMTPAddr); err != nil || host == "" || port == "" {
 			errs = append(errs, fmt.Errorf("CAIRN_SMTP_ADDR %q must be HOST:PORT", s.SMTPAddr))
+		}
+	}
+	if s.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(s.MetricsAddr); err != nil {
+			errs = append(errs, fmt.Errorf("CAIRN_METRICS_ADDR %q must be HOST:PORT (port 0: one the kernel chooses)", s.MetricsAddr))
 		}
 	}
 	if s.NotifyEmail != "" && s.SMTPAddr == "" && s.MailDir == "" {
@@ -84,6 +91,7 @@ func (s Settings) Apply(c *Config) {
 	if c.ApprovalTimeout == 0 {
 		c.ApprovalTimeout = s.ApprovalTimeout
 	}
+	c.MetricsAddr = cmp.Or(c.MetricsAddr, s.MetricsAddr)
 	n := s.notices()
 	if !n.Any() {
 		return
