@@ -290,10 +290,32 @@ func TestNoticesAndGatesCheckedAtStart(t *testing.T) {
 	}
 }
 
-// evidenced is a pipeline whose source parks the items that begin with "?", and whose last
-// step, send, cannot be undone: it counts its runs.
+// checkedFunc is a step whose verification finds an anomaly in an output that holds an
+// item beginning with "~" (runner.Anomaly): the step is right, the evidence unclear.
+type checkedFunc func(ctx context.Context, a *runner.Attempt) (*runner.Result, error)
+
+func (f checkedFunc) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+	return f(ctx, a)
+}
+
+func (checkedFunc) Verify(_ context.Context, _ *runner.Attempt, r *runner.Result) error {
+	var items []string
+	if err := json.Unmarshal(r.Output, &items); err != nil {
+		return err
+	}
+	for _, it := range items {
+		if strings.HasPrefix(it, "~") {
+			return runner.Anomaly(fmt.Errorf("item %s reads only approximately", it))
+		}
+	}
+	return nil
+}
+
+// evidenced is a pipeline whose source parks the items that begin with "?" and finds an
+// anomaly in those that begin with "~", and whose last step, send, cannot be undone: it
+// counts its runs.
 func evidenced(js jetstream.JetStream, keys, webhook string, send *atomic.Int32) app.Config {
-	read := stepFunc(func(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
+	read := checkedFunc(func(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
 		var ok []string
 		var parked []kc.Parked
 		items := strings.Split(a.Params.String("items"), ",")
@@ -381,5 +403,20 @@ func TestIrreversibleStepWaitsOnUnclearEvidence(t *testing.T) {
 	}
 	if rec.Status != kc.Done || sends.Load() != 2 {
 		t.Fatalf("the approved run ended %s, send ran %d times in all; want done, twice", rec.Status, sends.Load())
+	}
+
+	// An anomaly the source's verification found: the source step is verified, and send waits.
+	if err := app.Start(ctx, js, "evidence", "odd", map[string]any{"items": "a,~b,c"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "the odd run waits before send", func() bool {
+		rec, _, err = store.Load(ctx, "odd")
+		return err == nil && rec.Status == kc.WaitingApproval
+	})
+	if st := rec.Step("items"); st.Status != kc.Verified || !strings.Contains(rec.NextAction, "items its verification found an anomaly: item ~b reads only approximately") {
+		t.Fatalf("the odd run: items %s, next action %q; want items verified and the anomaly named", st.Status, rec.NextAction)
+	}
+	if n := sends.Load(); n != 2 {
+		t.Errorf("send ran %d times in all, want 2: not for the odd run before an approval", n)
 	}
 }

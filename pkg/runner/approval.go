@@ -88,9 +88,14 @@ const versionChangeNote = "version change: "
 // step that cannot be undone waits for a person on that evidence.
 const DriftAccepted = "a person accepted a change of the source"
 
+// anomalyNote begins what a verified step's last error says of an anomaly its verification
+// found (Anomaly).
+const anomalyNote = "its verification found an anomaly: "
+
 // unclearEvidence says why rec's evidence is unclear before step, "" when it is clear: items
-// an earlier step parked, a step restarted under other versions than its first attempt's,
-// and a source that changed during the run, read again once a person accepted it.
+// an earlier step parked, an anomaly an earlier step's verification found, a step restarted
+// under other versions than its first attempt's, and a source that changed during the run,
+// read again once a person accepted it.
 // Each reason names its step, in the pipeline's order, so the same evidence reads the same.
 func unclearEvidence(rec *kc.Record, step string) string {
 	var why []string
@@ -108,6 +113,9 @@ func unclearEvidence(rec *kc.Record, step string) string {
 		}
 		if s.LastError != nil && strings.Contains(*s.LastError, versionChangeNote) {
 			why = append(why, fmt.Sprintf("%s was restarted under other versions", name))
+		}
+		if s.LastError != nil && strings.HasPrefix(*s.LastError, anomalyNote) && name != step {
+			why = append(why, fmt.Sprintf("%s %s", name, *s.LastError))
 		}
 		if s.LastError != nil && strings.Contains(*s.LastError, DriftAccepted) {
 			why = append(why, fmt.Sprintf("the source changed during the run and %s read it again after a fix", name))

@@ -32,6 +32,18 @@ var (
 	ErrRecordFull = errors.New("checkpoint record full")
 )
 
+// Anomaly is what a step's Verify returns for something it found that does not make its
+// result wrong but leaves the run's evidence unclear (a total that ties out only within a
+// tolerance, an answer the model hedged): the step is verified and committed, the anomaly is
+// kept in its last_error and on the timeline (verification.anomaly), and a later step that
+// cannot be undone waits for a person before it starts.
+func Anomaly(err error) error { return &anomaly{err} }
+
+type anomaly struct{ err error }
+
+func (a *anomaly) Error() string { return a.err.Error() }
+func (a *anomaly) Unwrap() error { return a.err }
+
 // Temporary marks err as temporary.
 func Temporary(err error) error {
 	if err == nil {

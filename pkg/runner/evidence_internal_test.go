@@ -33,6 +33,8 @@ func TestUnclearEvidence(t *testing.T) {
 		{"versions", rec(func(r *kc.Record) {
 			r.Step("post").SetLastError("the previous attempt's owner died or was taken over; " + versionChangeNote + "code a → b")
 		}), "post was restarted under other versions"},
+		{"an anomaly", rec(func(r *kc.Record) { r.Step("extract").SetLastError(anomalyNote + "total ties out within 3 paise") }),
+			"extract its verification found an anomaly: total ties out within 3 paise"},
 		{"drift accepted", rec(func(r *kc.Record) { r.Step("fetch").SetLastError(DriftAccepted + " (after a fix): source changed") }),
 			"the source changed during the run and fetch read it again after a fix"},
 		{"the step's own restart", rec(func(r *kc.Record) {

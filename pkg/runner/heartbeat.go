@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -55,7 +56,14 @@ func (r *Runner) saveAndVerify(ctx context.Context, a *Attempt, res *Result) (ou
 		return outs, err
 	}
 	if v, ok := r.cfg.Step.(Verifier); ok {
-		if err := v.Verify(ctx, a, res); err != nil {
+		err := v.Verify(ctx, a, res)
+		var an *anomaly
+		if errors.As(err, &an) {
+			outs.anomaly = an.Error()
+			r.auditStep(a, "verification.anomaly", a.Token.Value, kc.CutText(an.Error(), 400))
+			return outs, nil
+		}
+		if err != nil {
 			return outs, fmt.Errorf("%w: %w", ErrVerify, err)
 		}
 	}

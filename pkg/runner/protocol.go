@@ -290,7 +290,8 @@ type outputs struct {
 	listed                   int
 	fingerprint              string
 	open                     int
-	counted                  bool // open is a count (see countIntents)
+	counted                  bool   // open is a count (see countIntents)
+	anomaly                  string // what the step's Verify found (Anomaly), "" when nothing
 }
 
 func (r *Runner) saveOutputs(ctx context.Context, a *Attempt, res *Result) (outputs, error) {
@@ -348,6 +349,9 @@ func (r *Runner) applyCommit(n *kc.Record, a *Attempt, res *Result, o outputs) {
 	}
 	if s.LastError != nil { // an earlier failure's note, kept short now that the step is done
 		s.LastError = kc.Ptr(kc.CutText(*s.LastError, kc.MaxKeptError))
+	}
+	if o.anomaly != "" { // the evidence a later step that cannot be undone waits on
+		s.SetLastError(kc.CutText(anomalyNote+o.anomaly, kc.MaxKeptError))
 	}
 	if o.fingerprint != "" {
 		s.InputFingerprint = &o.fingerprint
