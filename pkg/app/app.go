@@ -28,8 +28,13 @@
 // declared Irreversible waits for a person while the run's evidence is unclear (package
 // runner).
 //
+// Open gives the Host, the one place the framework's services are made (Host.Service); Run
+// uses it, as does the reference night's process. Dev hosts a pipeline whole on an embedded
+// NATS server for its developer (a `dev` command of the pipeline's binary).
+//
 // One process may run every service (Run with no names) or one (Run with its name), so each
-// step scales on its own. Several pipelines share one NATS account: each has its own
+// step scales on its own; each service may connect as a NATS user of its own
+// (Config.ServicePermissions). Several pipelines share one NATS account: each has its own
 // assets.Space, named after it (streams CAIRN_<NAME>_*, buckets cairn-<name>-*, subjects
 // under cairn.<name>.), so their durables, run ids and keys never meet.
 package app
