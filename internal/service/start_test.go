@@ -21,12 +21,13 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 func TestServiceRefusesToStart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// Every file the service makes (its signing seeds among them) under the test's folder,
+	// never in the source tree.
+	t.Setenv("CAIRN_DATA_DIR", t.TempDir())
 	c, err := Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.DataDir = t.TempDir()
-	c.fill()
 
 	t.Run("no JetStream", func(t *testing.T) {
 		s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
