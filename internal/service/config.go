@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"net/url"
 	"path/filepath"
 	"slices"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/cairnhq/cairn/internal/books"
 	"github.com/cairnhq/cairn/internal/night"
+	"github.com/cairnhq/cairn/pkg/app"
 )
 
 // Config is read from the environment (prefix CAIRN_), only in mains.
@@ -132,11 +132,6 @@ func (c Config) Validate() error {
 			bad("%s: %w", db.name, err)
 		}
 	}
-	if c.SMTPAddr != "" {
-		if host, port, err := net.SplitHostPort(c.SMTPAddr); err != nil || host == "" || port == "" {
-			bad("CAIRN_SMTP_ADDR %q must be HOST:PORT", c.SMTPAddr)
-		}
-	}
 	// Every duration lies within (0, maxSetting], so that no sum or multiple of them
 	// overflows; the rules between them follow.
 	for _, d := range []struct {
@@ -144,7 +139,7 @@ func (c Config) Validate() error {
 		v    time.Duration
 	}{{"CAIRN_HEARTBEAT", c.Heartbeat}, {"CAIRN_LEASE", c.Lease}, {"CAIRN_ACK_WAIT", c.AckWait},
 		{"CAIRN_STALL_TIMEOUT", c.StallTimeout}, {"CAIRN_OUTBOX_STALL", c.OutboxStall}, {"CAIRN_OUTBOX_BACKOFF", c.OutboxBackoff},
-		{"CAIRN_STOP_GRACE", c.StopGrace}, {"CAIRN_TAKEOVER_GAP", c.TakeoverGap}, {"CAIRN_APPROVAL_TIMEOUT", c.ApprovalTimeout},
+		{"CAIRN_STOP_GRACE", c.StopGrace}, {"CAIRN_TAKEOVER_GAP", c.TakeoverGap},
 		{"CAIRN_MODEL_TIMEOUT", c.ModelTimeout}, {"CAIRN_LEDGER_TIMEOUT", c.LedgerTimeout},
 		{"CAIRN_LEDGER_OUTAGE", c.LedgerOutage}} {
 		if d.v <= 0 || d.v > maxSetting {
@@ -204,7 +199,9 @@ func (c Config) Validate() error {
 			bad("CAIRN_APPROVAL_STEPS names %q, which is not a step of the pipeline %v", s, night.Pipeline.Names())
 		}
 	}
-	if err := c.notices().Validate(); err != nil {
+	// The settings every pipeline's process takes (approvals, notices, their mail, the
+	// metrics' address) are checked as any hosted pipeline's are.
+	if err := c.shared().Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.ModelURL != "" {
@@ -223,6 +220,12 @@ func (c Config) Validate() error {
 		return settingError{errors.Join(errs...)}
 	}
 	return nil
+}
+
+// shared is c's share of the settings every hosted pipeline takes (app.Settings).
+func (c Config) shared() app.Settings {
+	return app.Settings{ApprovalSteps: c.ApprovalSteps, ApprovalTimeout: c.ApprovalTimeout, NotifyEmail: c.NotifyEmail,
+		NotifyWebhook: c.NotifyWebhook, NotifySecret: string(c.NotifySecret), SMTPAddr: c.SMTPAddr, MailDir: c.MailDir, MetricsAddr: c.MetricsAddr}
 }
 
 // RunnerParkLimit is CAIRN_PARK_LIMIT as the runner takes it. The runner's zero is its

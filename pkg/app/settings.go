@@ -31,6 +31,9 @@ type Settings struct {
 	MetricsAddr string `envconfig:"CAIRN_METRICS_ADDR"`
 }
 
+// maxTimeout bounds a timeout setting: a year, far from overflowing a sum of them.
+const maxTimeout = 365 * 24 * time.Hour
+
 // LoadSettings reads the settings from the environment and checks what can be checked
 // without the pipeline (Config's validation, which Init and Run do, checks the rest: the
 // approval steps against the pipeline's steps).
@@ -45,8 +48,8 @@ func LoadSettings() (Settings, error) {
 // Validate returns one sentence per broken rule, naming the variable.
 func (s Settings) Validate() error {
 	var errs []error
-	if s.ApprovalTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("CAIRN_APPROVAL_TIMEOUT must be positive, not %s", s.ApprovalTimeout))
+	if s.ApprovalTimeout <= 0 || s.ApprovalTimeout > maxTimeout {
+		errs = append(errs, fmt.Errorf("CAIRN_APPROVAL_TIMEOUT must be positive and at most %s, not %s", maxTimeout, s.ApprovalTimeout))
 	}
 	if s.SMTPAddr != "" {
 		if host, port, err := net.SplitHostPort(s.SMTPAddr); err != nil || host == "" || port == "" {
