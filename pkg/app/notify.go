@@ -139,27 +139,20 @@ func (n Notices) allow(a outbox.Allow) outbox.Allow {
 }
 
 // noticeRoute sends the notices' webhook calls through their own transport (signed by the
-// notices' secret), their mail through mail when the pipeline's messages have no transport,
-// and every other message through the pipeline's own transport.
+// notices' secret), their mail through mail (the pipeline's own transport when the notices
+// name none), and every other message through the pipeline's own transport.
 type noticeRoute struct {
 	webhook, mail, rest outbox.Transport
 }
 
 func (r noticeRoute) pick(m outbox.Message) outbox.Transport {
 	switch {
-	case m.Notice() && r.webhook != nil && len(m.To) == 1 && isWebhook(m.To[0]):
+	case m.Notice() && m.Webhook() && r.webhook != nil:
 		return r.webhook
 	case m.Notice() && r.mail != nil:
 		return r.mail
-	case r.rest != nil:
-		return r.rest
 	}
-	return r.mail
-}
-
-func isWebhook(to string) bool {
-	u, err := url.Parse(to)
-	return err == nil && (u.Scheme == "http" || u.Scheme == "https")
+	return r.rest
 }
 
 func (r noticeRoute) Deliver(ctx context.Context, m outbox.Message, raw []byte) error {

@@ -28,7 +28,7 @@ func (a Allow) validate() error {
 // Check returns nil when a allows m, else an error wrapping ErrForbidden and ErrPermanent
 // that names the address refused.
 func (a Allow) Check(m Message) error {
-	if webhook(m) {
+	if m.Webhook() {
 		if a.Webhook == "" || m.To[0] != a.Webhook {
 			return fmt.Errorf("%w: %w: message %q is addressed to %q, not to the configured webhook", ErrPermanent, ErrForbidden, m.Key, truncate(m.To[0], 256))
 		}
@@ -43,5 +43,6 @@ func (a Allow) Check(m Message) error {
 	return nil
 }
 
-// webhook: a message to one http(s) URL goes to a webhook (Routed picks it so).
-func webhook(m Message) bool { return len(m.To) == 1 && isURL(m.To[0]) }
+// Webhook reports whether m is a webhook call: a message to one http(s) URL (Routed sends it
+// to its Webhook transport, Allow checks it against its Webhook).
+func (m Message) Webhook() bool { return len(m.To) == 1 && isURL(m.To[0]) }

@@ -82,7 +82,7 @@ func (m Message) validate() error {
 		problems = append(problems, "generation is negative")
 	}
 	// A webhook call has no sender: its From is needed only when one is given.
-	if _, err := mail.ParseAddress(m.From); err != nil && !(webhook(m) && m.From == "") {
+	if _, err := mail.ParseAddress(m.From); err != nil && !(m.Webhook() && m.From == "") {
 		problems = append(problems, fmt.Sprintf("from %q is not an address", m.From))
 	}
 	if len(m.To) == 0 {

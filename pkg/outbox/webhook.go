@@ -120,7 +120,7 @@ type Routed struct {
 }
 
 func (r Routed) pick(m Message) Transport {
-	if len(m.To) == 1 && isURL(m.To[0]) && r.Webhook != nil {
+	if m.Webhook() && r.Webhook != nil {
 		return r.Webhook
 	}
 	return r.Mail
