@@ -291,13 +291,12 @@ func (d *Deps) appConfig(env *night.Env) (app.Config, error) {
 
 // outboxConfig is the night's outbox: its mail to CAIRN_SMTP_ADDR, else as files in
 // CAIRN_MAIL_DIR; from mailFrom to the recipients its steps derive; the kinds each step
-// queues. The host adds the notices (CAIRN_NOTIFY_*), the marks, the timeline and the
-// metrics.
+// queues. The host adds the notices (CAIRN_NOTIFY_*), the sender's turn, the marks, the
+// timeline and the metrics.
 func (d *Deps) outboxConfig() (*outbox.SenderConfig, error) {
 	c := d.Config
-	// One message's turn ends well inside the durable's ack wait, so a delivery that hangs is
-	// given up and retried by this sender, never handed to a second one while it still runs;
-	// the call itself gets half of the turn, the marks the rest.
+	// The sender's turn is two thirds of the ack wait (the host's): the call itself gets half
+	// of it, the marks the rest.
 	turn := c.AckWait * 2 / 3
 	var t outbox.Transport = outbox.FileTransport{Dir: c.MailDir}
 	if c.SMTPAddr != "" {
@@ -305,7 +304,8 @@ func (d *Deps) outboxConfig() (*outbox.SenderConfig, error) {
 	} else if err := os.MkdirAll(c.MailDir, 0o755); err != nil {
 		return nil, fmt.Errorf("CAIRN_MAIL_DIR %s: %w", c.MailDir, err)
 	}
-	return &outbox.SenderConfig{Transport: t, Timeout: turn, MaxBackoff: c.OutboxBackoff, Allow: c.allow(),
+	// From mailFrom, to the recipients the night's steps derive; the host allows the notices.
+	return &outbox.SenderConfig{Transport: t, MaxBackoff: c.OutboxBackoff, Allow: outbox.Allow{From: mailFrom, Mail: night.Recipients(financeTo)},
 		Trust: &outbox.Trust{Kinds: night.Kinds()}}, nil
 }
 
@@ -314,18 +314,6 @@ const (
 	mailFrom  = app.DefaultFrom
 	financeTo = "finance-head@cairn.local"
 )
-
-// allow is whom the outbox sender may send as and to: from mailFrom, the night's mail to
-// the recipients its steps derive, notices to CAIRN_NOTIFY_EMAIL and CAIRN_NOTIFY_WEBHOOK.
-func (c Config) allow() outbox.Allow {
-	steps := night.Recipients(financeTo)
-	return outbox.Allow{From: mailFrom, Webhook: c.NotifyWebhook, Mail: func(kind, to string) bool {
-		if kind == outbox.KindHandover || kind == outbox.KindApproval {
-			return c.NotifyEmail != "" && to == c.NotifyEmail
-		}
-		return steps(kind, to)
-	}}
-}
 
 // notices are where the night's handover and approval notices go (app.Notices, the one
 // home of their messages): CAIRN_NOTIFY_EMAIL and CAIRN_NOTIFY_WEBHOOK, sent as mailFrom.

@@ -373,20 +373,16 @@ func Run(ctx context.Context, c Config, services ...string) error {
 	for _, s := range services {
 		g.Go(func() error {
 			err := loops[s](gctx)
-			if ctx.Err() == nil { // stopped by itself: unready for good
-				e := fmt.Errorf("service %s stopped: it returned", s)
-				if err != nil {
-					e = fmt.Errorf("service %s stopped: %w", s, err)
-				}
-				ended.CompareAndSwap(nil, &e)
+			switch {
+			case err != nil:
+				err = fmt.Errorf("service %s: %w", s, err)
+			case ctx.Err() == nil && gctx.Err() == nil:
+				err = fmt.Errorf("service %s stopped by itself", s)
 			}
-			if err != nil {
-				return fmt.Errorf("service %s: %w", s, err)
+			if err != nil && ctx.Err() == nil {
+				ended.CompareAndSwap(nil, &err) // unready for good
 			}
-			if ctx.Err() == nil && gctx.Err() == nil {
-				return fmt.Errorf("service %s stopped by itself", s)
-			}
-			return nil
+			return err
 		})
 	}
 	return g.Wait()
@@ -461,15 +457,6 @@ func Open(ctx context.Context, c Config) (*Host, error) {
 	return h, nil
 }
 
-// Handles are the host's handles, the checkpoints signing as service.
-func (h *Host) Handles(service string) (Handles, error) {
-	sg, err := h.signer(service)
-	if err != nil {
-		return Handles{}, err
-	}
-	return Handles{JS: h.c.JS, Space: h.c.Space(), Store: h.store.As(sg), Marks: h.marks, Memo: h.memo, Now: h.c.Now}, nil
-}
-
 // Service makes service name's loop, which runs until ctx ends: a step's runner, the
 // supervisor, the outbox sender or the compensator. Its signing key is read now, so a
 // missing one is found before anything runs.
@@ -483,29 +470,21 @@ func (h *Host) Service(name string) (func(context.Context) error, error) {
 	}
 	switch name {
 	case Supervisor:
-		s, err := h.supervisor(sg)
-		if err != nil {
-			return nil, err
-		}
-		return s.Run, nil
+		return loop(h.supervisor(sg))
 	case OutboxSender:
-		s, err := h.outboxSender(sg)
-		if err != nil {
-			return nil, err
-		}
-		return s.Run, nil
+		return loop(h.outboxSender(sg))
 	case Compensator:
-		u, err := h.compensator(sg)
-		if err != nil {
-			return nil, err
-		}
-		return u.Run, nil
+		return loop(h.compensator(sg))
 	}
-	r, err := h.step(name, sg)
+	return loop(h.step(name, sg))
+}
+
+// loop is a made service's loop, or the error that made none.
+func loop[S interface{ Run(context.Context) error }](s S, err error) (func(context.Context) error, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r.Run, nil
+	return s.Run, nil
 }
 
 // signer is service name's signing key: Config.Signers', else its seed in KeysDir.
