@@ -15,8 +15,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/cairnhq/cairn/internal/night"
-	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 )
@@ -56,16 +54,11 @@ func runRejected(ctx context.Context, out io.Writer, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	sp := assets.Default
-	if *only != "" && *only != night.Pipeline.Name {
-		r, err := app.Registered(ctx, js, *only)
-		if err != nil {
-			return fmt.Errorf("%w: --pipeline: %v (or %s, the reference night)", errUsage, err, night.Pipeline.Name)
-		}
-		if sp, err = r.Space(); err != nil {
-			return err
-		}
+	p, err := openOne(ctx, js, *only)
+	if err != nil {
+		return err
 	}
+	sp := p.space
 	rows, err := readRejected(ctx, js, sp, *last)
 	if err != nil {
 		return err
