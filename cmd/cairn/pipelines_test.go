@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/cairnhq/cairn/internal/natstest"
 	"github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/pkg/app"
@@ -26,6 +28,18 @@ func (s constStep) Run(context.Context, *runner.Attempt) (*runner.Result, error)
 	return &runner.Result{Output: json.RawMessage(`"` + s + `"`), Items: 1}, nil
 }
 
+// copyPipeline is pipeline copy, two steps that read and sum nothing, on the run's input
+// members.
+func copyPipeline(t *testing.T, js jetstream.JetStream, input ...string) app.Config {
+	return app.Config{JS: js, KeysDir: t.TempDir(), Lease: 3 * time.Second, Heartbeat: time.Second,
+		Pipeline: pipeline.Definition{Name: "copy", Input: input, Steps: []pipeline.Step{
+			{Name: "read", Kind: pipeline.SourceRead, Recovery: "cheap to repeat"},
+			{Name: "sum", Kind: pipeline.Compute, Recovery: "recomputed"},
+		}},
+		Steps: map[string]runner.Step{"read": constStep("rows"), "sum": constStep("total")},
+	}
+}
+
 // cairn init makes the assets of every registered pipeline as well as the night's, and
 // cairn runs lists every pipeline's runs, or one pipeline's with --pipeline.
 func TestInitAndRunsOfRegisteredPipelines(t *testing.T) {
@@ -35,13 +49,7 @@ func TestInitAndRunsOfRegisteredPipelines(t *testing.T) {
 	t.Setenv("CAIRN_DATA_DIR", t.TempDir())
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	cfg := app.Config{JS: js, KeysDir: t.TempDir(), Lease: 3 * time.Second, Heartbeat: time.Second,
-		Pipeline: pipeline.Definition{Name: "copy", Input: []string{"source"}, Steps: []pipeline.Step{
-			{Name: "read", Kind: pipeline.SourceRead, Recovery: "cheap to repeat"},
-			{Name: "sum", Kind: pipeline.Compute, Recovery: "recomputed"},
-		}},
-		Steps: map[string]runner.Step{"read": constStep("rows"), "sum": constStep("total")},
-	}
+	cfg := copyPipeline(t, js, "source")
 	if err := app.Init(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}

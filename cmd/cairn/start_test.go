@@ -13,8 +13,6 @@ import (
 	"github.com/cairnhq/cairn/internal/apptest"
 	"github.com/cairnhq/cairn/internal/natstest"
 	"github.com/cairnhq/cairn/pkg/app"
-	"github.com/cairnhq/cairn/pkg/pipeline"
-	"github.com/cairnhq/cairn/pkg/runner"
 )
 
 // cairn start --pipeline starts a registered pipeline's run on its own input; the same input
@@ -28,14 +26,7 @@ func TestStartPipelineTwice(t *testing.T) {
 	t.Setenv("CAIRN_DATA_DIR", t.TempDir())
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	cfg := app.Config{JS: js, KeysDir: t.TempDir(), Lease: 3 * time.Second, Heartbeat: time.Second,
-		Pipeline: pipeline.Definition{Name: "copy", Input: []string{"source", "limit"}, Steps: []pipeline.Step{
-			{Name: "read", Kind: pipeline.SourceRead, Recovery: "cheap to repeat"},
-			{Name: "sum", Kind: pipeline.Compute, Recovery: "recomputed"},
-		}},
-		Steps: map[string]runner.Step{"read": constStep("rows"), "sum": constStep("total")},
-	}
-	defer apptest.Host(ctx, t, cfg)()
+	defer apptest.Host(ctx, t, copyPipeline(t, js, "source", "limit"))()
 
 	var out bytes.Buffer
 	first := []string{"--pipeline", "copy", "--input", "source=a.csv", "--json", `{"limit": 10}`}

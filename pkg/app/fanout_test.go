@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/apptest"
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -273,27 +274,8 @@ func hostFan(t *testing.T, rightFailure func(error) error) (jetstream.JetStream,
 	t.Helper()
 	js := natsFor(t)
 	f := newFanSteps(rightFailure)
-	hostApp(t, app.Config{JS: js, KeysDir: filepath.Join(t.TempDir(), "keys"), Pipeline: fan, Steps: f.steps()})
+	apptest.Host(t.Context(), t, app.Config{JS: js, KeysDir: filepath.Join(t.TempDir(), "keys"), Pipeline: fan, Steps: f.steps()})
 	return js, f
-}
-
-// hostApp inits cfg and runs all its services until the test ends.
-func hostApp(t *testing.T, cfg app.Config) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	if err := app.Init(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	running, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- app.Run(running, cfg) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	})
 }
 
 func equalGraph(a, b kc.Graph) bool {

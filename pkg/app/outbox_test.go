@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/apptest"
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
@@ -434,7 +435,7 @@ func TestOutboxRefusedThenResumed(t *testing.T) {
 	cfg.Outbox.Allow.Mail = func(kind, to string) bool {
 		return kind == "note" && strings.HasSuffix(to, "@example.com") && (to != "b@example.com" || allowB.Load())
 	}
-	hostApp(t, cfg)
+	apptest.Host(t.Context(), t, cfg)
 	if err := app.Start(ctx, js, "refusals", "r-1", map[string]any{"items": "a,b,c"}); err != nil {
 		t.Fatal(err)
 	}

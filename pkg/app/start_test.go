@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnhq/cairn/internal/apptest"
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
@@ -21,7 +22,7 @@ import (
 // again is one run.
 func TestStartOfOneInputTwice(t *testing.T) {
 	js := natsFor(t)
-	hostApp(t, greeting(js, "twice", filepath.Join(t.TempDir(), "keys")))
+	apptest.Host(t.Context(), t, greeting(js, "twice", filepath.Join(t.TempDir(), "keys")))
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	ada := map[string]any{"name": "ada"}
