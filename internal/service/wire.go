@@ -23,11 +23,9 @@ import (
 	"github.com/cairnhq/cairn/internal/recon"
 	nightundo "github.com/cairnhq/cairn/internal/undo"
 	"github.com/cairnhq/cairn/pkg/app"
-	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/faults"
 	"github.com/cairnhq/cairn/pkg/identity"
-	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/metrics"
 	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
@@ -62,21 +60,18 @@ func Connect(c Config, name string) (*nats.Conn, jetstream.JetStream, error) {
 	return nc, js, nil
 }
 
-// Deps are the handles every service shares.
+// Deps are what the night's process shares besides the framework's host (app.Host, made by
+// RunAll): its settings, its connection, the buckets its steps read (night.Env), its faults,
+// its metrics and readiness.
 type Deps struct {
-	Config    Config
-	JS        jetstream.JetStream
-	Store     *kc.Store
-	Artifacts *artifacts.Store
-	Handovers jetstream.KeyValue
-	Marks     jetstream.KeyValue
-	Memo      jetstream.KeyValue
-	Natural   jetstream.KeyValue // cairn-natural-keys
-	Faults    *faults.Set
-	Ring      *identity.Ring // the registered keys every read is checked against
-	Logger    *slog.Logger
-	Now       func() time.Time
-	Metrics   *metrics.Metrics
+	Config  Config
+	JS      jetstream.JetStream
+	Marks   jetstream.KeyValue
+	Memo    jetstream.KeyValue
+	Faults  *faults.Set
+	Logger  *slog.Logger
+	Now     func() time.Time
+	Metrics *metrics.Metrics
 	// MetricsAddr is where /metrics, /healthz and /readyz are served; nil without
 	// CAIRN_METRICS_ADDR.
 	MetricsAddr net.Addr
@@ -120,17 +115,12 @@ func Open(ctx context.Context, c Config, js jetstream.JetStream, log *slog.Logge
 	d := &Deps{Config: c, JS: js, Logger: log, Now: time.Now, Metrics: metrics.New(), failed: make(chan struct{})}
 	d.Metrics.SetReady(func() error { return d.ready(ctx) })
 	var err error
-	if d.Ring, err = identity.OpenRing(ctx, js, assets.Default); err != nil {
+	// The keys are checked here, where the hint is the night's (the host reads them again).
+	if _, err = identity.OpenRing(ctx, js, assets.Default); err != nil {
 		return nil, fmt.Errorf("the signing keys (run cairn init): %w", err)
 	}
-	if d.Store, err = kc.Open(ctx, js, assets.BucketRuns, kc.WithClock(func() time.Time { return d.Now() }), kc.WithRing(d.Ring), kc.WithPipeline(night.Pipeline.Names())); err != nil {
-		return nil, err
-	}
-	if d.Artifacts, err = artifacts.Open(ctx, js, assets.ObjectArtifacts); err != nil {
-		return nil, err
-	}
-	d.Store = d.Store.Moving(d.Artifacts.SaveObject) // every writer: the budget's room lent (kvcheckpoint)
-	for name, kv := range map[string]*jetstream.KeyValue{assets.BucketHandovers: &d.Handovers, assets.BucketOutbox: &d.Marks, assets.BucketMemo: &d.Memo, assets.BucketNaturalKeys: &d.Natural} {
+	// What the night's steps use besides the host's handles (night.Env).
+	for name, kv := range map[string]*jetstream.KeyValue{assets.BucketOutbox: &d.Marks, assets.BucketMemo: &d.Memo} {
 		if *kv, err = js.KeyValue(ctx, name); err != nil {
 			return nil, fmt.Errorf("looking up bucket %s: %w", name, err)
 		}
