@@ -285,6 +285,7 @@ type watcher struct {
 	store    *kc.Store // the night's, checked as the services read it
 	w        jetstream.KeyWatcher
 	maxSize  map[string]int
+	links    kc.Links // the revision seen last of each run (kvcheckpoint.DecodeWatched)
 	lastSize map[string]int
 	last     map[string]*kc.Record
 	doneAt   map[string]time.Time
@@ -325,7 +326,7 @@ func (w *watcher) until(ctx context.Context, limit time.Duration, runs ...string
 				continue
 			}
 			at := time.Now()
-			rec, err := w.store.DecodeEntry(ctx, e.Key(), e.Value(), e.Revision())
+			rec, err := w.store.DecodeWatched(ctx, &w.links, e.Key(), e.Value(), e.Revision())
 			if err != nil {
 				return nil, fmt.Errorf("run %s: the checkpoint (revision %d) is damaged: %w", e.Key(), e.Revision(), err)
 			}

@@ -141,6 +141,13 @@ type Seal struct {
 	// outbox messages. A seal without it (the release that signed only records) has its two
 	// sequences moved once, to where the streams stand at the next registration.
 	Messages bool `json:"messages,omitempty"`
+	// History: the checkpoint bucket's last revision when a release that chains records
+	// (each carries the revision it was written over; kvcheckpoint's history.go) first
+	// registered keys. A record without that link is taken only at or below it. Chained says
+	// it was recorded: a seal made before has it set once, to where the bucket stands at the
+	// next registration.
+	History uint64 `json:"history,omitempty"`
+	Chained bool   `json:"chained,omitempty"`
 }
 
 // Ring checks signatures against the registered keys. It reads a name's key from the
@@ -306,12 +313,14 @@ func Registered(ctx context.Context, kv jetstream.KeyValue, name string) (string
 }
 
 // SealOnce records s as the seal unless one is recorded already, and returns the seal that
-// holds: it is made once, when keys are first registered, and never moved, but for one step:
-// a seal recorded before saga records and outbox messages were signed (Messages false) has
-// its saga and outbox sequences moved to s's, once, so the unsigned messages that release
-// wrote are still taken as the old release's.
+// holds: it is made once, when keys are first registered, and never moved, but for two
+// steps, each once: a seal recorded before saga records and outbox messages were signed
+// (Messages false) has its saga and outbox sequences moved to s's, so the unsigned messages
+// that release wrote are still taken as the old release's; and a seal recorded before
+// records were chained (Chained false) has its history set to s's checkpoint revision, so
+// the unchained records that release wrote are still taken.
 func SealOnce(ctx context.Context, kv jetstream.KeyValue, s Seal) (Seal, error) {
-	s.Messages = true
+	s.Messages, s.Chained, s.History = true, true, s.Runs
 	b, _ := json.Marshal(s)
 	_, err := kv.Create(ctx, SealKey, b)
 	if err == nil {
@@ -330,14 +339,19 @@ func SealOnce(ctx context.Context, kv jetstream.KeyValue, s Seal) (Seal, error) 
 		if err := json.Unmarshal(e.Value(), &held); err != nil {
 			return Seal{}, fmt.Errorf("reading the seal in %s: %w", Bucket, err)
 		}
-		if held.Messages {
+		if held.Messages && held.Chained {
 			return held, nil
 		}
-		held.Saga, held.Outbox, held.Messages = max(held.Saga, s.Saga), max(held.Outbox, s.Outbox), true
+		if !held.Messages {
+			held.Saga, held.Outbox, held.Messages = max(held.Saga, s.Saga), max(held.Outbox, s.Outbox), true
+		}
+		if !held.Chained {
+			held.History, held.Chained = max(held.History, held.Runs, s.Runs), true
+		}
 		b, _ := json.Marshal(held)
 		if _, lost = kv.Update(ctx, SealKey, b, e.Revision()); lost == nil {
 			return held, nil
 		}
 	}
-	return Seal{}, fmt.Errorf("moving the seal's message sequences in %s: %w", Bucket, lost)
+	return Seal{}, fmt.Errorf("moving the seal in %s: %w", Bucket, lost)
 }

@@ -13,8 +13,9 @@ import (
 
 // A seal of the release that signed only records (no "messages") has its saga and outbox
 // sequences moved, once, at the next registration: the unsigned messages that release wrote
-// stay the old release's. Its records' revision never moves, and a seal of this release
-// never moves at all.
+// stay the old release's; and its history (no "chained") set once to where the bucket stands
+// then, so the unchained records stay taken. Its records' revision never moves, and a seal
+// of this release never moves at all.
 func TestSealOnceMovesAnOldSealsMessagesOnce(t *testing.T) {
 	ctx := context.Background()
 	js := natstest.JetStream(t)
@@ -30,7 +31,7 @@ func TestSealOnceMovesAnOldSealsMessagesOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := identity.Seal{Runs: 40, Saga: 25, Outbox: 12, At: "2026-12-01T00:00:00Z", Messages: true}
+	want := identity.Seal{Runs: 40, Saga: 25, Outbox: 12, At: "2026-12-01T00:00:00Z", Messages: true, History: 90, Chained: true}
 	if got != want {
 		t.Fatalf("seal %+v, want %+v", got, want)
 	}
@@ -63,7 +64,7 @@ func TestSealOnceRecordsAFirstSeal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (identity.Seal{Runs: 5, Saga: 2, Outbox: 1, Messages: true}); got != want {
+	if want := (identity.Seal{Runs: 5, Saga: 2, Outbox: 1, Messages: true, History: 5, Chained: true}); got != want {
 		t.Fatalf("seal %+v, want %+v", got, want)
 	}
 }

@@ -53,6 +53,8 @@ func (c *canonical) canonicalRecord(r *Record) (ok bool) {
 	ok = c.params(r.Params) && ok
 	*w = append(*w, `,"pipeline":`...)
 	c.strings(r.Pipeline)
+	*w = append(*w, `,"prev":`...)
+	ok = c.uint(r.Prev) && ok
 	*w = append(*w, `,"progress":`...)
 	ok = c.progress(r.Progress) && ok
 	*w = append(*w, `,"progressed_at":`...)

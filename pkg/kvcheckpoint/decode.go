@@ -40,6 +40,8 @@ func decodeRecord(b []byte) (*Record, bool) {
 			ok = d.str((*string)(&r.Status))
 		case "pipeline":
 			ok = d.strings(&r.Pipeline)
+		case "prev":
+			ok = d.uinteger(&r.Prev)
 		case "after":
 			ok = d.graph(&r.After)
 		case "progressed_at":
@@ -295,6 +297,12 @@ func (d *decoder) integer(p *int) bool {
 
 func (d *decoder) integer64(p *int64) bool {
 	n, err := strconv.ParseInt(d.number(), 10, 64)
+	*p = n
+	return err == nil
+}
+
+func (d *decoder) uinteger(p *uint64) bool {
+	n, err := strconv.ParseUint(d.number(), 10, 64)
 	*p = n
 	return err == nil
 }

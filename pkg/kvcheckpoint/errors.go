@@ -35,4 +35,8 @@ var (
 	// ErrForged: the record is not signed by a registered service that may write it as it
 	// stands (sign.go); it comes with ErrCorrupt, and is treated as a damaged record.
 	ErrForged = errors.New("checkpoint not signed by a writer allowed to write it")
+	// ErrRolledBack: the record is not the newest write of its own history (history.go): an
+	// earlier revision put back, or a write the server did not check against the key's
+	// previous revision. It comes with ErrCorrupt and ErrForged.
+	ErrRolledBack = errors.New("checkpoint not written over the revision before it")
 )

@@ -45,7 +45,7 @@ func (s *Store) Take(ctx context.Context, rec *Record, rev uint64, owner Owner, 
 	if prepare != nil {
 		prepare(next)
 	}
-	s.stamp(rec, next)
+	s.stamp(rec, next, rev)
 	b, _, err := s.encodeFit(ctx, next)
 	if err != nil {
 		return nil, err
@@ -94,7 +94,7 @@ func (h *Holder) Write(ctx context.Context, fn func(r *Record) error) error {
 		if next.Lease != nil {
 			next.Lease.WriteID = writeID()
 		}
-		h.store.stamp(h.rec, next)
+		h.store.stamp(h.rec, next, h.rev)
 		b, size, err := h.store.encodeFit(ctx, next)
 		if err != nil {
 			return err

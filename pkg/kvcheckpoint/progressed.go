@@ -8,7 +8,8 @@ import (
 )
 
 // Progressed reports whether after is progress over before: whether it differs in anything
-// but the time of the write (updated_at, progressed_at), the sum and the lease's write_id.
+// but the time of the write (updated_at, progressed_at), the revision it was written over
+// (prev), the sum and the lease's write_id.
 // A lease renewal, or a write that sets again what the record already says (a supervisor
 // publishing a step's event again with the same next_action), is not progress; a step's
 // commit or verdict, a status change, a lease taken or released, a command waiting or
@@ -88,11 +89,12 @@ func eqPtr[T comparable](x, y *T) bool {
 	return *x == *y
 }
 
-// stamp marks r, about to be written over prev (nil for a run's first write): the current
-// schema (a record read in an earlier one was upgraded in memory), the time of the write,
+// stamp marks r, about to be written over prev at revision over (nil and 0 for a run's first
+// write): the revision it is written over (history.go), the current schema (a record read in an earlier one was upgraded in memory), the time of the write,
 // progressed_at when the write is progress (Progressed), and approval.since when the write
 // begins an approval's wait (an approval without a since).
-func (s *Store) stamp(prev, r *Record) {
+func (s *Store) stamp(prev, r *Record, over uint64) {
+	r.Prev = over // the compare-and-set's revision, which the server keeps (history.go)
 	now := s.now().UTC().Format(time.RFC3339Nano)
 	r.Schema = Schema
 	r.UpdatedAt = now

@@ -13,7 +13,7 @@ import (
 
 // Schema is the version of the record layout this package writes. It reads every earlier
 // one and upgrades it in memory (see upgrade.go); a later one is ErrNewerSchema.
-const Schema = 5
+const Schema = 6
 
 // Status is a run's status.
 type Status string
@@ -51,6 +51,7 @@ type Record struct {
 	Epoch             string           `json:"epoch"`
 	Status            Status           `json:"status"`
 	Pipeline          []string         `json:"pipeline"`
+	Prev              uint64           `json:"prev"`          // schema 6: the revision this record was written over (0: the run's first); see history.go
 	After             Graph            `json:"after"`         // schema 5; null: each step waits for the one before it
 	ProgressedAt      string           `json:"progressed_at"` // schema 4: the run's last progress, by the writer's clock
 	Steps             map[string]*Step `json:"steps"`

@@ -159,7 +159,7 @@ func WithRoles(ro Roles) Option { return func(s *Store) { s.roles = ro } }
 // As returns a store over the same bucket, sharing this one's memory of its writes, that
 // signs what it writes as sg: one per service of a process.
 func (s *Store) As(sg *identity.Signer) *Store {
-	c := &Store{nc: s.nc, kv: s.kv, bucket: s.bucket, epoch: s.epoch, now: s.now, api: s.api, steps: s.steps,
+	c := &Store{nc: s.nc, kv: s.kv, stream: s.stream, bucket: s.bucket, epoch: s.epoch, now: s.now, api: s.api, steps: s.steps,
 		conflicts: s.conflicts, written: s.written, signer: sg, ring: s.ring, roles: s.roles, mover: s.mover}
 	return c
 }

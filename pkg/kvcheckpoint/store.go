@@ -29,6 +29,7 @@ const EpochKey = "cairn.epoch"
 type Store struct {
 	nc     *nats.Conn
 	kv     jetstream.KeyValue
+	stream jetstream.Stream // the bucket's stream: reads that keep the message's headers (history.go)
 	bucket string
 	epoch  string
 	now    func() time.Time
@@ -96,7 +97,7 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, opts ...Op
 	if epoch == "" {
 		return nil, fmt.Errorf("bucket %q: %w", bucket, ErrNoEpoch)
 	}
-	s := &Store{nc: js.Conn(), kv: kv, bucket: bucket, epoch: epoch, now: time.Now, api: apiPrefix(js.Options()), roles: DefaultRoles,
+	s := &Store{nc: js.Conn(), kv: kv, stream: stream, bucket: bucket, epoch: epoch, now: time.Now, api: apiPrefix(js.Options()), roles: DefaultRoles,
 		conflicts: &atomic.Int64{}, written: &written{}}
 	for _, o := range opts {
 		o(s)
@@ -116,7 +117,7 @@ func (s *Store) KV() jetstream.KeyValue { return s.kv }
 
 // Create writes the first record of a run; ErrExists when the run has one already.
 func (s *Store) Create(ctx context.Context, r *Record) (uint64, error) {
-	s.stamp(nil, r)
+	s.stamp(nil, r, 0)
 	r.Epoch = s.epoch
 	b, size, err := encodeSized(r, s.signer)
 	if err != nil {
@@ -142,37 +143,71 @@ func (s *Store) Load(ctx context.Context, runID string) (*Record, uint64, error)
 }
 
 func (s *Store) load(ctx context.Context, runID string) (*Record, uint64, []byte, error) {
-	e, err := s.kv.Get(ctx, runID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	m, err := s.stream.GetLastMsgForSubject(ctx, s.subject(runID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, 0, nil, fmt.Errorf("loading checkpoint %q: %w", runID, ErrNotFound)
 	}
 	if err != nil {
 		return nil, 0, nil, fmt.Errorf("loading checkpoint %q: %w", runID, err)
 	}
-	r, err := s.decode(ctx, runID, e.Value(), e.Revision())
-	return r, e.Revision(), e.Value(), err
+	if op := m.Header.Get("KV-Operation"); op != "" {
+		return nil, 0, nil, fmt.Errorf("loading checkpoint %q: %w", runID, ErrNotFound)
+	}
+	st := stored{value: m.Data, rev: m.Sequence}
+	st.over, st.known = over(m.Header)
+	r, err := s.decodeStoredMsg(ctx, runID, st)
+	return r, st.rev, st.value, err
 }
 
 // DecodeEntry decodes the value of key at revision rev as the store reads it: its sum, its
-// invariants (Record.Check, with the store's pipeline), its epoch, its signature (Check). For
-// watchers of the bucket.
+// invariants (Record.Check, with the store's pipeline), its epoch, its signature (Check) and
+// its history (history.go: the entry's stored header is read once more, as a watcher's
+// entry has none; a watch loop that sees every revision uses DecodeWatched instead).
 func (s *Store) DecodeEntry(ctx context.Context, key string, b []byte, rev uint64) (*Record, error) {
-	return s.decode(ctx, key, b, rev)
+	r, schema, err := s.decodeValue(key, b)
+	if err != nil {
+		return nil, err
+	}
+	st := stored{value: b, rev: rev}
+	if s.ring != nil {
+		if st, err = s.storedAt(ctx, key, rev); err != nil {
+			return nil, err
+		}
+	}
+	return s.checked(ctx, r, schema, st)
 }
 
-func (s *Store) decode(ctx context.Context, runID string, b []byte, rev uint64) (*Record, error) {
-	r, err := Decode(b)
+// decodeStoredMsg decodes and checks a record as stored.
+func (s *Store) decodeStoredMsg(ctx context.Context, runID string, st stored) (*Record, error) {
+	r, schema, err := s.decodeValue(runID, st.value)
+	if err != nil {
+		return nil, err
+	}
+	return s.checked(ctx, r, schema, st)
+}
+
+// decodeValue decodes b as the record of runID: its sum, its invariants, its epoch.
+func (s *Store) decodeValue(runID string, b []byte) (*Record, int, error) {
+	r, schema, err := decodeStored(b)
 	if err == nil {
 		err = r.Check(runID, s.steps)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("loading checkpoint %q: %w", runID, err)
+		return nil, 0, fmt.Errorf("loading checkpoint %q: %w", runID, err)
 	}
 	if r.Epoch != s.epoch {
-		return nil, fmt.Errorf("loading checkpoint %q: epoch %q, bucket's %q: %w", runID, r.Epoch, s.epoch, ErrForeignEpoch)
+		return nil, 0, fmt.Errorf("loading checkpoint %q: epoch %q, bucket's %q: %w", runID, r.Epoch, s.epoch, ErrForeignEpoch)
 	}
-	if err := s.Check(ctx, r, rev); err != nil {
-		return nil, fmt.Errorf("loading checkpoint %q: %w", runID, err)
+	return r, schema, nil
+}
+
+// checked is r, once its signature (Check) and history (checkHistory) hold.
+func (s *Store) checked(ctx context.Context, r *Record, schema int, st stored) (*Record, error) {
+	if err := s.Check(ctx, r, st.rev); err != nil {
+		return nil, fmt.Errorf("loading checkpoint %q: %w", r.RunID, err)
+	}
+	if err := s.checkHistory(r, schema, st); err != nil {
+		return nil, fmt.Errorf("loading checkpoint %q: %w", r.RunID, err)
 	}
 	return r, nil
 }
@@ -187,7 +222,7 @@ func (s *Store) LoadAuthoritative(ctx context.Context, runID string) (*Record, u
 	if last == nil || last.op != "" {
 		return nil, 0, fmt.Errorf("reading checkpoint %q from the leader: %w", runID, ErrNotFound)
 	}
-	r, err := s.decode(ctx, runID, last.value, last.rev)
+	r, err := s.decodeStoredMsg(ctx, runID, last.stored())
 	return r, last.rev, err
 }
 
@@ -214,7 +249,7 @@ func (s *Store) MutateFrom(ctx context.Context, cur *Record, rev uint64, runID s
 		if err := fn(next); err != nil {
 			return cur, rev, err
 		}
-		s.stamp(cur, next)
+		s.stamp(cur, next, rev)
 		b, size, err := s.encodeFit(ctx, next)
 		if err != nil {
 			return nil, 0, err
@@ -266,7 +301,7 @@ func (s *Store) since(ctx context.Context, runID string, after uint64, written [
 	if last.op != "" {
 		return landed, nil, 0, fmt.Errorf("re-reading checkpoint %q: %w", runID, ErrNotFound)
 	}
-	latest, err = s.decode(ctx, runID, last.value, last.rev)
+	latest, err = s.decodeStoredMsg(ctx, runID, last.stored())
 	return landed, latest, last.rev, err
 }
 
@@ -280,6 +315,12 @@ type revision struct {
 	rev   uint64
 	op    string
 	value []byte
+	over  uint64 // the revision the server checked it was written over
+	known bool   // over is known (the write was a compare-and-set)
+}
+
+func (r revision) stored() stored {
+	return stored{value: r.value, rev: r.rev, over: r.over, known: r.known}
 }
 
 // revisions returns runID's revisions after revision after, oldest first, each read from the
@@ -354,6 +395,7 @@ func (s *Store) leaderGet(ctx context.Context, req msgGet) (*revision, error) {
 			return nil, fmt.Errorf("reading a stream message's headers: %w", err)
 		}
 		r.op = h.Get("KV-Operation")
+		r.over, r.known = over(h)
 	}
 	return r, nil
 }

@@ -84,6 +84,30 @@ func checkSize(r *Record, out []byte) ([]byte, error) {
 // decodes, and upgrades a record of an earlier schema in memory. A record of a later schema
 // than Schema is ErrNewerSchema.
 func Decode(b []byte) (*Record, error) {
+	r, _, err := decodeStored(b)
+	return r, err
+}
+
+// decodeStored is Decode, also returning the schema the record was stored in.
+func decodeStored(b []byte) (*Record, int, error) {
+	r, err := decodeAny(b)
+	if err != nil {
+		return nil, 0, err
+	}
+	schema := r.Schema
+	if err := checkSchema(r); err != nil {
+		return nil, 0, err
+	}
+	for _, s := range r.Pipeline {
+		if r.Steps[s] == nil {
+			return nil, 0, fmt.Errorf("%w: step %q of the pipeline has no entry", ErrCorrupt, s)
+		}
+	}
+	return r, schema, nil
+}
+
+// decodeAny checks b's sum and decodes it, in whatever schema it is.
+func decodeAny(b []byte) (*Record, error) {
 	stored, want, plain, err := checkSum(b)
 	if err != nil {
 		return nil, err
@@ -105,14 +129,6 @@ func Decode(b []byte) (*Record, error) {
 		}
 		if err := oldSnapshot(b, r); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
-		}
-	}
-	if err := checkSchema(r); err != nil {
-		return nil, err
-	}
-	for _, s := range r.Pipeline {
-		if r.Steps[s] == nil {
-			return nil, fmt.Errorf("%w: step %q of the pipeline has no entry", ErrCorrupt, s)
 		}
 	}
 	return r, nil

@@ -111,7 +111,7 @@ func sorted(s ...string) []string { return slices.Sorted(slices.Values(s)) }
 func TestEncodeFieldsOfDesign(t *testing.T) {
 	recordKeys := sorted("schema", "run_id", "params", "created_at", "epoch", "status", "pipeline", "steps",
 		"source_fingerprint", "snapshot", "lease", "next_action", "restarts", "generation", "requests",
-		"approval", "handover", "undo", "commands", "updated_at", "progressed_at", "progress", "after", "sum")
+		"approval", "handover", "undo", "commands", "updated_at", "progressed_at", "progress", "after", "prev", "sum")
 	stepKeys := sorted("status", "attempts", "started_at", "finished_at", "output", "input_fingerprint", "versions",
 		"token", "effects", "parked", "parked_count", "parked_artifact", "last_error")
 	versionKeys := sorted("code", "prompt", "schema", "model")

@@ -20,6 +20,7 @@ var upgrades = [Schema]func(r *Record){
 	2: func(r *Record) { r.Commands = []Command{} },  // 2→3: commands; none waited before
 	3: upgrade3,                                      // 3→4: progressed_at, approval.since, progress
 	4: func(*Record) {},                              // 4→5: after (null: each step after the one before, as all ran); snapshot, read from its old name
+	5: func(*Record) {},                              // 5→6: prev, not known before (0); such a record is trusted only up to the seal's history (history.go)
 }
 
 // legacySnapshot is the member that held the run's snapshot before schema 5: the reference

@@ -87,7 +87,10 @@ type Supervisor struct {
 	mu   sync.Mutex
 	seen map[string]observation // run -> what the last sweep saw
 	runs map[string]watched     // run -> its latest record, kept by a watch on the bucket
-	mail map[string]delivery    // finishing run -> how much of its mail was undelivered, and since when
+	// links: the revision the watch saw last of each run, so that a record written over
+	// it is known to be the newest without reading its header (kvcheckpoint.Links)
+	links kc.Links
+	mail  map[string]delivery // finishing run -> how much of its mail was undelivered, and since when
 	// bad are the entries the watch could not trust, for a note (untrusted.go); panicked
 	// the runs whose sweep panicked, at the revision it panicked on.
 	bad      map[string]untrusted

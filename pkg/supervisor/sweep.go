@@ -26,7 +26,7 @@ import (
 func (s *Supervisor) observe(e jetstream.KeyValueEntry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rec, err := s.cfg.Store.DecodeEntry(context.Background(), e.Key(), e.Value(), e.Revision()) // a forged record is left out as a damaged one
+	rec, err := s.cfg.Store.DecodeWatched(context.Background(), &s.links, e.Key(), e.Value(), e.Revision()) // a forged or rolled-back record is left out as a damaged one
 	if _, watched := s.runs[e.Key()]; watched && errors.Is(err, kc.ErrNewerSchema) {
 		s.log.Info("run left to a newer release", slog.String("run_id", e.Key()), slog.Any("error", err))
 	}
