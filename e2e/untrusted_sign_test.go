@@ -62,7 +62,7 @@ func signedApprove(t *testing.T, rec *kc.Record, name, seedFile string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sig := sg.Sign(identity.DomainApprove, events.ApprovalMessage(rec.RunID, rec.Approval.PlanDigest))
+	sig := sg.Sign(identity.DomainApprove, identity.ApprovalMessage(rec.RunID, rec.Approval.PlanDigest))
 	out, _ := json.Marshal(events.Command{By: name, Sig: &sig})
 	return string(out)
 }

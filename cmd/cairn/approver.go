@@ -117,7 +117,7 @@ func signApproval(r *kc.Record, c *events.Command, seedFile string) error {
 	if err != nil {
 		return fmt.Errorf("--seed %s: %w", seedFile, err)
 	}
-	sig := sg.Sign(identity.DomainApprove, events.ApprovalMessage(r.RunID, r.Approval.PlanDigest))
+	sig := sg.Sign(identity.DomainApprove, identity.ApprovalMessage(r.RunID, r.Approval.PlanDigest))
 	sig.Key = ""
 	c.Sig = &sig
 	return nil

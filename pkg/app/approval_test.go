@@ -138,7 +138,7 @@ func approveAs(ctx context.Context, t *testing.T, js jetstream.JetStream, name, 
 	if err := identity.RegisterApprover(ctx, keys, by, sg.PublicKey()); err != nil {
 		t.Fatal(err)
 	}
-	sig := sg.Sign(identity.DomainApprove, events.ApprovalMessage(rec.RunID, rec.Approval.PlanDigest))
+	sig := sg.Sign(identity.DomainApprove, identity.ApprovalMessage(rec.RunID, rec.Approval.PlanDigest))
 	if err := app.Command(ctx, js, name, rec.RunID, events.VerbApprove, "approve-"+rec.RunID+"-"+by, events.Command{By: by, Sig: &sig}); err != nil {
 		t.Fatal(err)
 	}

@@ -355,3 +355,11 @@ func SealOnce(ctx context.Context, kv jetstream.KeyValue, s Seal) (Seal, error) 
 	}
 	return Seal{}, fmt.Errorf("moving the seal in %s: %w", Bucket, lost)
 }
+
+// ApprovalMessage is what an approver signs to approve the plan planDigest of run runID
+// (DomainApprove): the approval is of that plan, so it cannot be carried over to another
+// plan or another run. The record keeps the signature (its approval's sig), and every
+// reader checks it again.
+func ApprovalMessage(runID, planDigest string) []byte {
+	return []byte(runID + "\n" + planDigest)
+}

@@ -59,24 +59,25 @@ const MaxCodeVersion = 24
 // Figures of the projection: the longest values the commits, failures and other writers'
 // bookkeeping put in a record (tests hold them to the writers' real values).
 const (
-	stampLen      = 35 // RFC 3339 with nanoseconds and a zone offset
-	codeLen       = MaxCodeVersion
-	versionLen    = 16
-	fingerprint   = len("sha256:") + 64
-	digestLen     = len("SHA-256=") + 44
-	objectNameLen = 2 + 64 // <run>/<step>/<sha256 hex>, without the run and the step
-	ownerLen      = 96
-	inboxLen      = 64
-	writeIDLen    = 2 + 22
-	requestLen    = len("sha256:") + 32    // a long request id as RequestKey keeps it
-	handoverTail  = len(":handover:") + 24 // <run>:handover:<step>:<token or reason>
-	planByLen     = events.MaxName         // approve's by, as the supervisor bounds it
-	scopeLen      = 96
-	bigCount      = 9_999_999
-	bigToken      = 999_999_999_999
-	bigSize       = 999_999_999_999
-	maxRequests   = 16
-	slack         = 192
+	stampLen       = 35 // RFC 3339 with nanoseconds and a zone offset
+	codeLen        = MaxCodeVersion
+	versionLen     = 16
+	fingerprint    = len("sha256:") + 64
+	digestLen      = len("SHA-256=") + 44
+	objectNameLen  = 2 + 64 // <run>/<step>/<sha256 hex>, without the run and the step
+	ownerLen       = 96
+	inboxLen       = 64
+	writeIDLen     = 2 + 22
+	requestLen     = len("sha256:") + 32    // a long request id as RequestKey keeps it
+	handoverTail   = len(":handover:") + 24 // <run>:handover:<step>:<token or reason>
+	planByLen      = events.MaxName         // approve's by, as the supervisor bounds it
+	approvalSigLen = 86                     // an approver's ed25519 signature, unpadded base64
+	scopeLen       = 96
+	bigCount       = 9_999_999
+	bigToken       = 999_999_999_999
+	bigSize        = 999_999_999_999
+	maxRequests    = 16
+	slack          = 192
 )
 
 // Size is the length of r as a Store stores it, signed (with room for the longest
@@ -404,9 +405,9 @@ func projectFullest(p *Record, ahead []string, others bool) {
 			p.Requests = append(p.Requests, strings.Repeat("r", requestLen))
 		}
 		if p.Approval == nil {
-			p.Approval = &Approval{Step: strings.Repeat("s", longest), PlanDigest: strings.Repeat("d", digestLen), Since: growString("", stampLen), By: grow(nil, planByLen), At: grow(nil, stampLen)}
-		} else { // a waiting approval is yet to be given: who and when
-			p.Approval.By, p.Approval.At = grow(p.Approval.By, planByLen), grow(p.Approval.At, stampLen)
+			p.Approval = &Approval{Step: strings.Repeat("s", longest), PlanDigest: strings.Repeat("d", digestLen), Since: growString("", stampLen), By: grow(nil, planByLen), At: grow(nil, stampLen), Sig: grow(nil, approvalSigLen)}
+		} else { // a waiting approval is yet to be given: who, when, and the approver's signature
+			p.Approval.By, p.Approval.At, p.Approval.Sig = grow(p.Approval.By, planByLen), grow(p.Approval.At, stampLen), grow(p.Approval.Sig, approvalSigLen)
 		}
 		if p.Undo == nil {
 			p.Undo = &Undo{RequestID: strings.Repeat("r", requestLen), Scope: []byte(`"` + strings.Repeat("s", scopeLen) + `"`), Cursor: bigCount, Reversed: bigCount, Total: bigCount, PreviousStatus: WaitingApproval}

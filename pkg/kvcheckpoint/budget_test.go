@@ -136,8 +136,9 @@ func TestRoomLeavesEveryLaterStepItsCommitAndAFailure(t *testing.T) {
 			promised = kc.Room(r) >= 0
 		}
 	}
-	// The room a signature takes (sign.go) leaves fewer outputs inline than before.
-	if kept < 20 || inlined < 12 {
+	// The room a signature takes (sign.go), and an approver's signature the record may yet
+	// carry (history.go), leave fewer outputs inline than before.
+	if kept < 10 || inlined < 6 {
 		t.Errorf("only %d steps started on a promise and %d outputs went inline: the test proves little", kept, inlined)
 	}
 	t.Logf("%d steps started on a promise, %d outputs inline", kept, inlined)

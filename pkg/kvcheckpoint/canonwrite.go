@@ -29,6 +29,8 @@ func (c *canonical) canonicalRecord(r *Record) (ok bool) {
 		c.strPtr(a.By)
 		*w = append(*w, `,"plan_digest":`...)
 		c.string(a.PlanDigest)
+		*w = append(*w, `,"sig":`...)
+		c.strPtr(a.Sig)
 		*w = append(*w, `,"since":`...)
 		c.string(a.Since)
 		*w = append(*w, `,"step":`...)

@@ -697,6 +697,8 @@ func (d *decoder) approval(p **Approval) bool {
 			ok = d.strPtr(&a.By)
 		case "at":
 			ok = d.strPtr(&a.At)
+		case "sig":
+			ok = d.strPtr(&a.Sig)
 		default:
 			ok = false
 		}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/cairnhq/cairn/pkg/identity"
 )
 
 // History. A signature says who wrote a record, not that it is the newest: a user that may
@@ -118,4 +120,34 @@ func (s *Store) DecodeWatched(ctx context.Context, l *Links, key string, b []byt
 		}
 	}
 	return s.checked(ctx, r, schema, st)
+}
+
+// approvalSigMax bounds an approval's signature as read: an ed25519 signature is 86
+// characters of unpadded base64.
+const approvalSigMax = 128
+
+// checkApproval refuses a record whose approval was given by anyone but the approver it
+// names: a record of schema 6 on carries the approver's signature of the plan (approval's
+// sig, which the supervisor took from the signed approve), and a reader with a ring checks it
+// again against the registered approvers. So a writer who may write the record, even the
+// holder of its lease with a service's seed, cannot approve a plan: it has no approver's
+// seed. A record of an earlier schema is taken as its history check allows (checkHistory).
+func (s *Store) checkApproval(ctx context.Context, r *Record, schema int) error {
+	a := r.Approval
+	if s.ring == nil || schema < historySchema || a == nil || (a.By == nil && a.Sig == nil) {
+		return nil
+	}
+	switch {
+	case a.By == nil:
+		return fmt.Errorf("checkpoint %q: %w: %w: an approval signature with no approver", r.RunID, ErrCorrupt, ErrForged)
+	case a.Sig == nil:
+		return fmt.Errorf("checkpoint %q: %w: %w: the approval by %q carries no approver's signature", r.RunID, ErrCorrupt, ErrForged, CutText(*a.By, 64))
+	case len(*a.Sig) > approvalSigMax || len(*a.By) > maxSigner*4:
+		return fmt.Errorf("checkpoint %q: %w: %w: an approval's signature of %d bytes", r.RunID, ErrCorrupt, ErrForged, len(*a.Sig))
+	}
+	sig := &identity.Sig{By: *a.By, Sig: *a.Sig}
+	if err := s.ring.VerifyApprover(ctx, identity.ApprovalMessage(r.RunID, a.PlanDigest), sig); err != nil {
+		return fmt.Errorf("checkpoint %q: %w: %w: the approval by %q: %w", r.RunID, ErrCorrupt, ErrForged, CutText(*a.By, 64), err)
+	}
+	return nil
 }

@@ -67,7 +67,7 @@ func sameApproval(x, y *Approval) bool {
 	if x == nil || y == nil {
 		return x == y
 	}
-	return x.Step == y.Step && x.PlanDigest == y.PlanDigest && x.Since == y.Since && eqPtr(x.By, y.By) && eqPtr(x.At, y.At)
+	return x.Step == y.Step && x.PlanDigest == y.PlanDigest && x.Since == y.Since && eqPtr(x.By, y.By) && eqPtr(x.At, y.At) && eqPtr(x.Sig, y.Sig)
 }
 
 func sameUndo(x, y *Undo) bool {

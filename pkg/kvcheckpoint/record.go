@@ -162,6 +162,10 @@ type Approval struct {
 	Since      string  `json:"since"` // schema 4: when the wait began, by the writer's clock
 	By         *string `json:"by"`
 	At         *string `json:"at"`
+	// Sig (schema 6) is approver By's signature of the plan (identity.ApprovalMessage), as
+	// the approve carried it: a reader checks it again, so no writer of the record can
+	// approve (sign.go). Null while the plan waits, and where approvers are not checked.
+	Sig *string `json:"sig"`
 }
 
 // Undo is the progress of a compensation.
@@ -234,7 +238,7 @@ func (r *Record) Clone() *Record {
 	c.Lease = clonePtr(r.Lease)
 	c.Requests = slices.Clone(r.Requests)
 	if a := r.Approval; a != nil {
-		c.Approval = &Approval{Step: a.Step, PlanDigest: a.PlanDigest, Since: a.Since, By: clonePtr(a.By), At: clonePtr(a.At)}
+		c.Approval = &Approval{Step: a.Step, PlanDigest: a.PlanDigest, Since: a.Since, By: clonePtr(a.By), At: clonePtr(a.At), Sig: clonePtr(a.Sig)}
 	}
 	c.Handover = clonePtr(r.Handover)
 	c.Progress = clonePtr(r.Progress)

@@ -209,6 +209,9 @@ func (s *Store) checked(ctx context.Context, r *Record, schema int, st stored) (
 	if err := s.checkHistory(r, schema, st); err != nil {
 		return nil, fmt.Errorf("loading checkpoint %q: %w", r.RunID, err)
 	}
+	if err := s.checkApproval(ctx, r, schema); err != nil {
+		return nil, fmt.Errorf("loading checkpoint %q: %w", r.RunID, err)
+	}
 	return r, nil
 }
 

@@ -32,7 +32,7 @@ func fullRecord() *kc.Record {
 	r.Restarts = 1
 	r.Generation = 2
 	r.AddRequest("start-1")
-	r.Approval = &kc.Approval{Step: "post-ledger", PlanDigest: "sha256:aa", Since: "2026-10-13T22:40:00Z", By: kc.Ptr("asha"), At: kc.Ptr("2026-10-13T23:00:00Z")}
+	r.Approval = &kc.Approval{Step: "post-ledger", PlanDigest: "sha256:aa", Since: "2026-10-13T22:40:00Z", By: kc.Ptr("asha"), At: kc.Ptr("2026-10-13T23:00:00Z"), Sig: kc.Ptr("c2ln")}
 	r.ProgressedAt = "2026-10-13T22:40:00Z"
 	r.Progress = &kc.Progress{Step: "post-ledger", Count: 12, NoProgress: 1}
 	r.Handover = kc.Ptr("h-1")
@@ -169,7 +169,7 @@ func TestEncodeFieldsOfDesign(t *testing.T) {
 		for k, want := range map[string][]string{
 			"params":   sorted("warehouse", "date", "shadow"),
 			"lease":    sorted("owner", "owner_inbox", "token", "step", "write_id"),
-			"approval": sorted("step", "plan_digest", "since", "by", "at"),
+			"approval": sorted("step", "plan_digest", "since", "by", "at", "sig"),
 			"progress": sorted("step", "count", "no_progress"),
 			"undo":     sorted("request_id", "scope", "cursor", "reversed", "total", "previous_status"),
 			"snapshot": sorted("object", "digest", "size"),

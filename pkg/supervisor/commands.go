@@ -393,11 +393,12 @@ func (s *Supervisor) approve(ctx context.Context, ev events.Event) error {
 		switch {
 		case r.Status == kc.WaitingApproval && ap != nil && ap.By == nil:
 			var err error
-			if by, err = s.approver(ctx, ev.Subject, ap.PlanDigest, c, by); err != nil {
+			var sig *string
+			if by, sig, err = s.approver(ctx, ev.Subject, ap.PlanDigest, c, by); err != nil {
 				return err
 			}
 			at := s.stamp()
-			ap.By, ap.At = &by, &at
+			ap.By, ap.At, ap.Sig = &by, &at, sig
 			r.Status = kc.Running
 			r.AddRequest(ev.ID)
 			r.NextAction = fmt.Sprintf("send the approved plan of %s (%s)", ap.Step, ap.PlanDigest)

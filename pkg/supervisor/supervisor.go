@@ -93,7 +93,9 @@ type Supervisor struct {
 	mail  map[string]delivery // finishing run -> how much of its mail was undelivered, and since when
 	// bad are the entries the watch could not trust, for a note (untrusted.go); panicked
 	// the runs whose sweep panicked, at the revision it panicked on.
-	bad      map[string]untrusted
+	bad map[string]untrusted
+	// over are the runs a writer overreached (overreach.go), until their good record is back
+	over     map[string]overreached
 	panicked map[string]uint64
 	queues   map[string]jetstream.Stream // the work queues the unknown sweep reads, by name
 }
@@ -152,7 +154,7 @@ func New(c Config) (*Supervisor, error) {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
 	s := &Supervisor{cfg: c, audit: audit.New(c.JS, "supervisor", c.Now).In(c.Space), log: c.Logger.With(slog.String("service", "supervisor")), seen: map[string]observation{}, runs: map[string]watched{}, mail: map[string]delivery{},
-		bad: map[string]untrusted{}, panicked: map[string]uint64{}, queues: map[string]jetstream.Stream{}, ready: make(chan struct{}),
+		bad: map[string]untrusted{}, over: map[string]overreached{}, panicked: map[string]uint64{}, queues: map[string]jetstream.Stream{}, ready: make(chan struct{}),
 		expiry: lease.Expiry{Heartbeat: c.Heartbeat, Lease: c.Lease}}
 	s.takeover = lease.Takeover{JS: c.JS, Space: c.Space, Store: c.Store, Source: source, Gap: c.TakeoverGap, Now: c.Now, Publish: s.publish}
 	return s, nil

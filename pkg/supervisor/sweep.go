@@ -40,9 +40,12 @@ func (s *Supervisor) observe(e jetstream.KeyValueEntry) {
 		}
 		return
 	}
+	prev, ok := s.runs[e.Key()]
+	if !s.judge(prev, ok, rec, e.Revision()) {
+		return // written beyond its writer's part: never acted on; the sweep puts the good record back
+	}
 	delete(s.bad, e.Key())
 	w := watched{rec: rec, rev: e.Revision()}
-	prev, ok := s.runs[e.Key()]
 	w.progress, w.approval = timers(prev, ok, rec, s.cfg.Now())
 	s.runs[e.Key()] = w
 }
@@ -56,6 +59,7 @@ func (w watched) unchanged(r *kc.Record) bool { return !kc.Progressed(w.rec, r) 
 // deployment resumes at once.
 func (s *Supervisor) SweepOnce(ctx context.Context, startup bool) {
 	s.noteUntrusted(ctx)
+	s.restoreOverreached(ctx)
 	s.mu.Lock()
 	var live []watched
 	for id, w := range s.runs {

@@ -184,7 +184,7 @@ func TestApprovalGateOnUpload(t *testing.T) {
 	if err := identity.RegisterApprover(ctx, keys, "cfo", cfo.PublicKey()); err != nil {
 		t.Fatal(err)
 	}
-	sig := cfo.Sign(identity.DomainApprove, events.ApprovalMessage(run, rec.Approval.PlanDigest))
+	sig := cfo.Sign(identity.DomainApprove, identity.ApprovalMessage(run, rec.Approval.PlanDigest))
 	if err := app.Command(ctx, j.js, enrich.Pipeline.Name, run, events.VerbApprove, "approve-"+run, events.Command{By: "cfo", Sig: &sig}); err != nil {
 		t.Fatal(err)
 	}

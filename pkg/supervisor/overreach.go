@@ -1,0 +1,116 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/cairnhq/cairn/pkg/events"
+	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/runner"
+)
+
+// reasonOverreach is the handover reason of a run one of whose writers changed what is not
+// its own (kvcheckpoint.Roles.Changed).
+const reasonOverreach = "overreach"
+
+// overreached is a run the watch saw written beyond its writer's part: good is the record
+// before that write, which the sweep puts back, handed over; cause says what was changed.
+type overreached struct {
+	good  watched
+	rev   uint64 // the first revision that overreached
+	cause error
+}
+
+// judge checks the link from prev to rec, the record written over it, as the watch sees it;
+// s.mu is held. It returns false when rec overreached: rec is not kept (never acted on) and
+// the run waits for restoreOverreached. A run already overreached stays so until the
+// supervisor's own write puts its good record back.
+func (s *Supervisor) judge(prev watched, seen bool, rec *kc.Record, rev uint64) bool {
+	key := rec.RunID
+	if _, held := s.over[key]; held {
+		if sg := s.cfg.Store.Signer(); sg != nil && rec.Sig != nil && rec.Sig.By == sg.Name() && rec.Status == kc.HandedOver {
+			delete(s.over, key) // put back and handed over: a person decides
+			return true
+		}
+		return false
+	}
+	if !seen || rec.Prev != prev.rev {
+		return true // not a link the watch saw whole (at start, or a revision it missed): the reader's own checks stand
+	}
+	if err := s.cfg.Store.Changed(prev.rec, rec); err != nil {
+		s.over[key] = overreached{good: prev, rev: rev, cause: fmt.Errorf("revision %d: %w", rev, err)}
+		return false
+	}
+	return true
+}
+
+// restoreOverreached puts back, as the supervisor's own write, the last good record of every
+// run a writer overreached, handed over (status handed_over, no lease) with a note naming
+// what was changed and by whom: what was written beyond a writer's part is never acted on,
+// and a person decides (cairn resume, or cairn undo). A record that cannot be read at all
+// (it fails a reader's own checks) is left to the note of an untrusted record.
+func (s *Supervisor) restoreOverreached(ctx context.Context) {
+	s.mu.Lock()
+	todo := make(map[string]overreached, len(s.over))
+	for k, o := range s.over {
+		todo[k] = o
+	}
+	s.mu.Unlock()
+	for runID, o := range todo {
+		if err := s.restore(ctx, runID, o); err != nil {
+			s.log.Warn("putting back an overreached record", slog.String("run_id", runID), slog.Any("error", err))
+		}
+	}
+}
+
+func (s *Supervisor) restore(ctx context.Context, runID string, o overreached) error {
+	step := ""
+	if l := o.good.rec.Lease; l != nil {
+		step = l.Step
+	}
+	note := runner.HandoverNote{
+		ID: fmt.Sprintf("%s:handover:%s:%d", runID, reasonOverreach, o.rev), RunID: runID, Step: step,
+		Error: cut(o.cause.Error(), kc.MaxLastError),
+		NextAction: kc.CutText(fmt.Sprintf("the record before revision %d is put back; a person decides: cairn resume %[2]s, or cairn undo %[2]s", o.rev, s.cfg.Space.RunArg(runID)),
+			kc.NextActionRoom(runID)),
+		At:   s.stamp(),
+		Done: runner.Done(o.good.rec, s.cfg.Pipeline, step, nil),
+	}
+	b, err := json.Marshal(note)
+	if err != nil {
+		return err
+	}
+	if _, err := s.cfg.Handovers.Put(ctx, runID, b); err != nil {
+		return fmt.Errorf("writing handover note %q: %w", note.ID, err)
+	}
+	_, rev, err := s.cfg.Store.Mutate(ctx, runID, func(r *kc.Record) error {
+		*r = *o.good.rec.Clone()
+		r.Status = kc.HandedOver
+		r.Lease = nil
+		r.Handover = &note.ID
+		r.NextAction = note.NextAction
+		return nil
+	})
+	if errors.Is(err, kc.ErrCorrupt) {
+		// The latest record fails a reader's own checks: nobody acts on it, and the watch
+		// notes it as an untrusted record.
+		s.mu.Lock()
+		delete(s.over, runID)
+		s.mu.Unlock()
+		return fmt.Errorf("putting back the record of %s: %w", runID, err)
+	}
+	if err != nil {
+		return fmt.Errorf("recording the handover of %s: %w", runID, err)
+	}
+	s.forget(runID)
+	if s.cfg.Notify != nil {
+		s.cfg.Notify(ctx, "handover", note, o.good.rec.Generation, 0)
+	}
+	s.cfg.Metrics.Handovers.WithLabelValues(cmpStep(step), reasonOverreach).Inc()
+	s.record(ctx, events.AuditStepID(runID, cmpStep(step), "handover", rev), events.Audit{RunID: runID, Step: step, Event: "handover", Detail: cut(o.cause.Error(), 512)})
+	s.log.Error("run handed over: a writer changed what is not its own", slog.String("run_id", runID), slog.Any("error", o.cause))
+	return nil
+}
