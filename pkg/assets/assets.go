@@ -59,6 +59,10 @@ const (
 // ErrMismatch: an existing asset differs from its definition.
 var ErrMismatch = errors.New("asset differs from its definition")
 
+// ErrReservedName: a pipeline's name is taken by a name of the NATS account it would meet
+// (a service's, a reply prefix, a word of the default space).
+var ErrReservedName = errors.New("reserved pipeline name")
+
 // ErrMissing: an asset a service needs does not exist (run cairn init).
 var ErrMissing = errors.New("asset missing")
 
