@@ -107,6 +107,10 @@ type Config struct {
 	Concurrency   int           // messages each step runner handles at once; default 1
 	StopGrace     time.Duration // default 10s
 	MaxDeliver    int           // deliveries of a step event before a handover; default 20
+	// Sizes are the sizes of the pipeline's buckets, object store and streams (assets.Limits;
+	// zero fields: the defaults). Init sets them, and the registration keeps them for cairn
+	// init, which sets them again on the pipeline's existing assets.
+	Sizes assets.Limits
 	ParkLimit     float64       // share of a step's items it may park before a handover; default 0.1
 	ReassignLimit int           // takeovers of one step before the supervisor hands the run over; default 5
 	CodeVersion   string        // the code's version each step records; default runner.BuildVersion()
@@ -223,7 +227,7 @@ func (c Config) Space() assets.Space {
 
 // Assets is the pipeline's asset configuration.
 func (c Config) Assets() assets.Config {
-	return assets.Config{Space: c.Space(), Replicas: c.Replicas, Steps: c.Pipeline.Names(), AckWait: c.AckWait, MaxDeliver: c.MaxDeliver}
+	return assets.Config{Space: c.Space(), Replicas: c.Replicas, Steps: c.Pipeline.Names(), AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, Limits: c.Sizes}
 }
 
 // validate checks the configuration; withSteps: the steps' implementations too (Init
