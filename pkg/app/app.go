@@ -107,13 +107,14 @@ type Config struct {
 	Concurrency   int           // messages each step runner handles at once; default 1
 	StopGrace     time.Duration // default 10s
 	MaxDeliver    int           // deliveries of a step event before a handover; default 20
+	ParkLimit     float64       // share of a step's items it may park before a handover; default 0.1
+	ReassignLimit int           // takeovers of one step before the supervisor hands the run over; default 5
+	CodeVersion   string        // the code's version each step records; default runner.BuildVersion()
+
 	// Sizes are the sizes of the pipeline's buckets, object store and streams (assets.Limits;
 	// zero fields: the defaults). Init sets them, and the registration keeps them for cairn
 	// init, which sets them again on the pipeline's existing assets.
-	Sizes         assets.Limits
-	ParkLimit     float64 // share of a step's items it may park before a handover; default 0.1
-	ReassignLimit int     // takeovers of one step before the supervisor hands the run over; default 5
-	CodeVersion   string  // the code's version each step records; default runner.BuildVersion()
+	Sizes assets.Limits
 
 	// DefaultSpace puts the pipeline in the default space, whose assets keep the names of
 	// DESIGN.md (CAIRN_RUNS, cairn-runs, cairn.runs.start): the reference night's alone.
