@@ -74,6 +74,7 @@ type Config struct {
 	MaxDocumentBytes int64 `envconfig:"MAX_DOCUMENT_BYTES" default:"4194304"`
 	// The NATS assets' sizes, which cairn init sets (assets.Limits; 0: the default).
 	MaxRunsBytes     int64 `envconfig:"MAX_RUNS_BYTES"`
+	MaxMemoBytes     int64 `envconfig:"MAX_MEMO_BYTES"`
 	MaxBucketBytes   int64 `envconfig:"MAX_BUCKET_BYTES"`
 	MaxArtifactBytes int64 `envconfig:"MAX_ARTIFACT_BYTES"`
 	MaxQueueBytes    int64 `envconfig:"MAX_QUEUE_BYTES"`
@@ -83,7 +84,7 @@ type Config struct {
 
 // Limits are the assets' sizes the CAIRN_MAX_*_BYTES settings give.
 func (c Config) Limits() assets.Limits {
-	return assets.Limits{Runs: c.MaxRunsBytes, Buckets: c.MaxBucketBytes, Artifacts: c.MaxArtifactBytes,
+	return assets.Limits{Runs: c.MaxRunsBytes, Memo: c.MaxMemoBytes, Buckets: c.MaxBucketBytes, Artifacts: c.MaxArtifactBytes,
 		Queues: c.MaxQueueBytes, Saga: c.MaxSagaBytes, Outbox: c.MaxOutboxBytes}
 }
 
@@ -233,7 +234,7 @@ func (c Config) Validate() error {
 	for _, l := range []struct {
 		name string
 		n    int64
-	}{{"CAIRN_MAX_RUNS_BYTES", c.MaxRunsBytes}, {"CAIRN_MAX_BUCKET_BYTES", c.MaxBucketBytes}, {"CAIRN_MAX_ARTIFACT_BYTES", c.MaxArtifactBytes},
+	}{{"CAIRN_MAX_RUNS_BYTES", c.MaxRunsBytes}, {"CAIRN_MAX_MEMO_BYTES", c.MaxMemoBytes}, {"CAIRN_MAX_BUCKET_BYTES", c.MaxBucketBytes}, {"CAIRN_MAX_ARTIFACT_BYTES", c.MaxArtifactBytes},
 		{"CAIRN_MAX_QUEUE_BYTES", c.MaxQueueBytes}, {"CAIRN_MAX_SAGA_BYTES", c.MaxSagaBytes}, {"CAIRN_MAX_OUTBOX_BYTES", c.MaxOutboxBytes}} {
 		if l.n != 0 && l.n < assets.MinLimitBytes {
 			bad("%s must be at least %d (1 MiB), or unset for its default, not %d", l.name, assets.MinLimitBytes, l.n)

@@ -186,7 +186,7 @@ func (c Config) Buckets() []jetstream.KeyValueConfig {
 	b := c.Limits.Buckets
 	return []jetstream.KeyValueConfig{
 		kv(c.Space.Bucket(BucketRuns), 16, c.Limits.Runs, MaxRecordSize),
-		kv(c.Space.Bucket(BucketMemo), 1, b, MaxMemoSize),
+		kv(c.Space.Bucket(BucketMemo), 1, c.Limits.Memo, MaxMemoSize),
 		kv(c.Space.Bucket(BucketHandovers), 8, b, MaxValueSize),
 		kv(c.Space.Bucket(BucketOutbox), 4, b, MaxValueSize),
 		kv(c.Space.Bucket(BucketNaturalKeys), 4, b, MaxValueSize),
@@ -316,6 +316,8 @@ func (c Config) setting(asset string) string {
 		return "CAIRN_MAX_OUTBOX_BYTES (Limits.Outbox)"
 	case sp.Bucket(BucketRuns):
 		return "CAIRN_MAX_RUNS_BYTES (Limits.Runs)"
+	case sp.Bucket(BucketMemo):
+		return "CAIRN_MAX_MEMO_BYTES (Limits.Memo)"
 	case sp.Bucket(ObjectArtifacts):
 		return "CAIRN_MAX_ARTIFACT_BYTES (Limits.Artifacts)"
 	case sp.Stream(StreamAudit), sp.Stream(StreamRejected):

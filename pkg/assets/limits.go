@@ -20,8 +20,10 @@ import (
 type Limits struct {
 	// Runs bounds the runs bucket: the records, with their history (16 revisions a run).
 	Runs int64 `json:"runs,omitempty"`
-	// Buckets bounds each other bucket: memo, handovers, outbox marks, natural keys, rate
-	// limits, keys.
+	// Memo bounds the memo bucket, which keeps an answer per document and run.
+	Memo int64 `json:"memo,omitempty"`
+	// Buckets bounds each other bucket: handovers, outbox marks, natural keys, rate limits,
+	// keys.
 	Buckets int64 `json:"buckets,omitempty"`
 	// Artifacts bounds the object store.
 	Artifacts int64 `json:"artifacts,omitempty"`
@@ -36,6 +38,7 @@ type Limits struct {
 // The default Limits (README, "Bounded sizes").
 const (
 	DefaultRunsBytes      = 512 << 20 // 512 MiB
+	DefaultMemoBytes      = 256 << 20 // 256 MiB
 	DefaultBucketBytes    = 64 << 20  // 64 MiB
 	DefaultArtifactsBytes = 512 << 20 // 512 MiB
 	DefaultQueueBytes     = 128 << 20 // 128 MiB
@@ -59,6 +62,7 @@ const (
 
 func (l Limits) withDefaults() Limits {
 	l.Runs = cmp.Or(l.Runs, DefaultRunsBytes)
+	l.Memo = cmp.Or(l.Memo, DefaultMemoBytes)
 	l.Buckets = cmp.Or(l.Buckets, DefaultBucketBytes)
 	l.Artifacts = cmp.Or(l.Artifacts, DefaultArtifactsBytes)
 	l.Queues = cmp.Or(l.Queues, DefaultQueueBytes)
@@ -73,7 +77,7 @@ func (l Limits) Validate() error {
 	for _, f := range []struct {
 		name string
 		n    int64
-	}{{"Runs", l.Runs}, {"Buckets", l.Buckets}, {"Artifacts", l.Artifacts}, {"Queues", l.Queues}, {"Saga", l.Saga}, {"Outbox", l.Outbox}} {
+	}{{"Runs", l.Runs}, {"Memo", l.Memo}, {"Buckets", l.Buckets}, {"Artifacts", l.Artifacts}, {"Queues", l.Queues}, {"Saga", l.Saga}, {"Outbox", l.Outbox}} {
 		if f.n != 0 && f.n < MinLimitBytes {
 			errs = append(errs, fmt.Errorf("limit %s is %d bytes, less than %d (0: the default)", f.name, f.n, MinLimitBytes))
 		}

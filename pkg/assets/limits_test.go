@@ -189,12 +189,12 @@ func TestEnsureSetsLimitsOnExistingAssets(t *testing.T) {
 		}
 	}
 	small := c
-	small.Limits = assets.Limits{Buckets: assets.MinLimitBytes}
+	small.Limits = assets.Limits{Memo: assets.MinLimitBytes}
 	_, err = assets.EnsureReport(t.Context(), js, small)
-	if !errors.Is(err, assets.ErrMismatch) || !strings.Contains(err.Error(), "CAIRN_MAX_BUCKET_BYTES") || !strings.Contains(err.Error(), "bucket "+assets.BucketMemo) {
-		t.Errorf("Ensure with a limit below the memo's contents: %v; want it refused naming the bucket and CAIRN_MAX_BUCKET_BYTES", err)
+	if !errors.Is(err, assets.ErrMismatch) || !strings.Contains(err.Error(), "CAIRN_MAX_MEMO_BYTES") || !strings.Contains(err.Error(), "bucket "+assets.BucketMemo) {
+		t.Errorf("Ensure with a limit below the memo's contents: %v; want it refused naming the bucket and CAIRN_MAX_MEMO_BYTES", err)
 	}
-	if got := streamConfig(t, js, "KV_"+assets.BucketMemo); got.MaxBytes != assets.DefaultBucketBytes {
-		t.Errorf("memo's limit after the refused Ensure: %d, want %d", got.MaxBytes, assets.DefaultBucketBytes)
+	if got := streamConfig(t, js, "KV_"+assets.BucketMemo); got.MaxBytes != assets.DefaultMemoBytes {
+		t.Errorf("memo's limit after the refused Ensure: %d, want %d", got.MaxBytes, assets.DefaultMemoBytes)
 	}
 }
