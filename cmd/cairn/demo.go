@@ -24,6 +24,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 
+	"github.com/cairnhq/cairn/internal/sqlitefile"
 	_ "modernc.org/sqlite"
 )
 
@@ -133,6 +134,11 @@ func report(ctx context.Context, js jetstream.JetStream, dir string, rec *kc.Rec
 	for _, s := range rec.Pipeline {
 		if !rerun[s] {
 			skipped = append(skipped, s)
+		}
+	}
+	for _, f := range []string{"ledger.db", "erp.db"} {
+		if err := sqlitefile.Private(filepath.Join(dir, f)); err != nil {
+			return err
 		}
 	}
 	ledger, err := sql.Open("sqlite", filepath.Join(dir, "ledger.db"))

@@ -21,6 +21,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 
+	"github.com/cairnhq/cairn/internal/sqlitefile"
 	_ "modernc.org/sqlite"
 )
 
@@ -171,6 +172,9 @@ func stepTimes(rec *kc.Record, t0, done time.Time) []StepTime {
 }
 
 func ledgerRows(ctx context.Context, dir string, want int) (int, error) {
+	if err := sqlitefile.Private(filepath.Join(dir, "ledger.db")); err != nil {
+		return 0, err
+	}
 	db, err := sql.Open("sqlite", filepath.Join(dir, "ledger.db"))
 	if err != nil {
 		return 0, err

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairnhq/cairn/internal/sqlitefile"
 	"github.com/cairnhq/cairn/pkg/fence"
 	"github.com/cairnhq/cairn/pkg/retry"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -20,6 +21,9 @@ const sqliteParams = "_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pra
 // openSQLiteFile opens the "sqlite:PATH" DSN dsn.
 func openSQLiteFile(ctx context.Context, dsn, path string) (*DB, error) {
 	if err := checkSQLitePath(path); err != nil {
+		return nil, fmt.Errorf("opening books %q: %w", dsn, err)
+	}
+	if err := sqlitefile.Private(path); err != nil {
 		return nil, fmt.Errorf("opening books %q: %w", dsn, err)
 	}
 	sqlDB, err := sql.Open("sqlite", "file:"+path+"?"+sqliteParams)

@@ -34,6 +34,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/supervisor"
 
+	"github.com/cairnhq/cairn/internal/sqlitefile"
 	_ "modernc.org/sqlite"
 )
 
@@ -309,6 +310,9 @@ func (n *Night) outcome(ctx context.Context, js jetstream.JetStream, rec *kc.Rec
 }
 
 func column(ctx context.Context, path, query string) ([]string, error) {
+	if err := sqlitefile.Private(path); err != nil {
+		return nil, err
+	}
 	db, err := sql.Open("sqlite", path)
 	if err != nil {
 		return nil, err

@@ -17,6 +17,7 @@ import (
 	"github.com/cairnhq/cairn/internal/books"
 	"github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/pkg/app"
+	"github.com/cairnhq/cairn/pkg/assets"
 )
 
 // Config is read from the environment (prefix CAIRN_), only in mains.
@@ -71,6 +72,20 @@ type Config struct {
 
 	// Bounded sizes: the largest document extract reads (a larger one is parked).
 	MaxDocumentBytes int64 `envconfig:"MAX_DOCUMENT_BYTES" default:"4194304"`
+	// The NATS assets' sizes, which cairn init sets (assets.Limits; 0: the default).
+	MaxRunsBytes     int64 `envconfig:"MAX_RUNS_BYTES"`
+	MaxMemoBytes     int64 `envconfig:"MAX_MEMO_BYTES"`
+	MaxBucketBytes   int64 `envconfig:"MAX_BUCKET_BYTES"`
+	MaxArtifactBytes int64 `envconfig:"MAX_ARTIFACT_BYTES"`
+	MaxQueueBytes    int64 `envconfig:"MAX_QUEUE_BYTES"`
+	MaxSagaBytes     int64 `envconfig:"MAX_SAGA_BYTES"`
+	MaxOutboxBytes   int64 `envconfig:"MAX_OUTBOX_BYTES"`
+}
+
+// Limits are the assets' sizes the CAIRN_MAX_*_BYTES settings give.
+func (c Config) Limits() assets.Limits {
+	return assets.Limits{Runs: c.MaxRunsBytes, Memo: c.MaxMemoBytes, Buckets: c.MaxBucketBytes, Artifacts: c.MaxArtifactBytes,
+		Queues: c.MaxQueueBytes, Saga: c.MaxSagaBytes, Outbox: c.MaxOutboxBytes}
 }
 
 // Load reads the environment, fills the derived defaults and validates.
@@ -215,6 +230,15 @@ func (c Config) Validate() error {
 	// Bounded sizes.
 	if c.MaxDocumentBytes < 1<<10 || c.MaxDocumentBytes > 1<<30 {
 		bad("CAIRN_MAX_DOCUMENT_BYTES must be between 1024 and 1073741824 (1 GiB), not %d", c.MaxDocumentBytes)
+	}
+	for _, l := range []struct {
+		name string
+		n    int64
+	}{{"CAIRN_MAX_RUNS_BYTES", c.MaxRunsBytes}, {"CAIRN_MAX_MEMO_BYTES", c.MaxMemoBytes}, {"CAIRN_MAX_BUCKET_BYTES", c.MaxBucketBytes}, {"CAIRN_MAX_ARTIFACT_BYTES", c.MaxArtifactBytes},
+		{"CAIRN_MAX_QUEUE_BYTES", c.MaxQueueBytes}, {"CAIRN_MAX_SAGA_BYTES", c.MaxSagaBytes}, {"CAIRN_MAX_OUTBOX_BYTES", c.MaxOutboxBytes}} {
+		if l.n != 0 && l.n < assets.MinLimitBytes {
+			bad("%s must be at least %d (1 MiB), or unset for its default, not %d", l.name, assets.MinLimitBytes, l.n)
+		}
 	}
 	if len(errs) > 0 {
 		return settingError{errors.Join(errs...)}

@@ -25,6 +25,8 @@ func TestLoadNamesTheWrongVariable(t *testing.T) {
 		"no step concurrency":          {map[string]string{"CAIRN_STEP_CONCURRENCY": "0"}, "CAIRN_STEP_CONCURRENCY"},
 		"wildcard inbox prefix":        {map[string]string{"CAIRN_INBOX_PREFIX": "_INBOX.>"}, "CAIRN_INBOX_PREFIX"},
 		"inbox prefix ending in a dot": {map[string]string{"CAIRN_INBOX_PREFIX": "_INBOX.cairn."}, "CAIRN_INBOX_PREFIX"},
+		"tiny saga":                    {map[string]string{"CAIRN_MAX_SAGA_BYTES": "1000"}, "CAIRN_MAX_SAGA_BYTES"},
+		"negative runs bucket":         {map[string]string{"CAIRN_MAX_RUNS_BYTES": "-5"}, "CAIRN_MAX_RUNS_BYTES"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -34,7 +34,7 @@ import (
 
 // Assets is the asset configuration for c.
 func (c Config) Assets() assets.Config {
-	return assets.Config{Replicas: c.Replicas, Steps: night.Pipeline.Names(), AckWait: c.AckWait, MaxDeliver: c.MaxDeliver}
+	return assets.Config{Replicas: c.Replicas, Steps: night.Pipeline.Names(), AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, Limits: c.Limits()}
 }
 
 // connectTimeout bounds the dial and TLS handshake of each connection attempt.

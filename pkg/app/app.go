@@ -111,6 +111,11 @@ type Config struct {
 	ReassignLimit int           // takeovers of one step before the supervisor hands the run over; default 5
 	CodeVersion   string        // the code's version each step records; default runner.BuildVersion()
 
+	// Sizes are the sizes of the pipeline's buckets, object store and streams (assets.Limits;
+	// zero fields: the defaults). Init sets them, and the registration keeps them for cairn
+	// init, which sets them again on the pipeline's existing assets.
+	Sizes assets.Limits
+
 	// DefaultSpace puts the pipeline in the default space, whose assets keep the names of
 	// DESIGN.md (CAIRN_RUNS, cairn-runs, cairn.runs.start): the reference night's alone.
 	DefaultSpace bool
@@ -223,7 +228,7 @@ func (c Config) Space() assets.Space {
 
 // Assets is the pipeline's asset configuration.
 func (c Config) Assets() assets.Config {
-	return assets.Config{Space: c.Space(), Replicas: c.Replicas, Steps: c.Pipeline.Names(), AckWait: c.AckWait, MaxDeliver: c.MaxDeliver}
+	return assets.Config{Space: c.Space(), Replicas: c.Replicas, Steps: c.Pipeline.Names(), AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, Limits: c.Sizes}
 }
 
 // validate checks the configuration; withSteps: the steps' implementations too (Init

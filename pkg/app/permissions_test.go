@@ -70,8 +70,36 @@ func TestPipelinePermissions(t *testing.T) {
 	if _, err := alpha.Stream(short, assets.StreamRuns); err == nil {
 		t.Error("alpha's user looked up the default space's stream")
 	}
-	// Nor replace or remove a durable of its own pipeline: that is admin's.
+	// Nor rewrite its own pipeline's keys (a service's key, an approver, the seal): it reads
+	// them (alpha's run above checked every record against them), admin writes them.
 	sp := assets.MustSpace("alpha")
+	keysKV, err := alpha.KeyValue(ctx, sp.Bucket(assets.BucketKeys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	registered, err := keysKV.Get(ctx, "service.shout")
+	if err != nil {
+		t.Fatalf("alpha's user reading its registered key: %v", err)
+	}
+	for _, key := range []string{"service.shout", "approver.mallory", "seal"} {
+		refusedCtx, cancelRefused := context.WithTimeout(ctx, 2*time.Second)
+		_, err := keysKV.Put(refusedCtx, key, []byte("UFORGED"))
+		cancelRefused()
+		if err == nil {
+			t.Errorf("alpha's user wrote %s in its keys bucket", key)
+		}
+	}
+	adminKeys, err := admin.KeyValue(ctx, sp.Bucket(assets.BucketKeys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := adminKeys.Get(ctx, "service.shout"); err != nil || e.Revision() != registered.Revision() {
+		t.Errorf("shout's key after alpha's user's writes: %v, %v; want revision %d", e, err, registered.Revision())
+	}
+	if _, err := adminKeys.Get(ctx, "approver.mallory"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("approver.mallory after alpha's user's write: %v, want no such key", err)
+	}
+	// Nor replace or remove a durable of its own pipeline: that is admin's.
 	for _, d := range []struct{ stream, durable string }{{sp.Stream(assets.StreamSteps), "read"}, {sp.Stream(assets.StreamOutbox), assets.ConsumerOutbox}} {
 		refusedCtx, cancelRefused := context.WithTimeout(ctx, 2*time.Second)
 		err := alpha.DeleteConsumer(refusedCtx, d.stream, d.durable)

@@ -36,6 +36,7 @@ type Registration struct {
 	Settings   faultmap.Settings `json:"settings"`
 	Replicas   int               `json:"replicas,omitempty"`
 	AckWait    time.Duration     `json:"ack_wait,omitempty"`
+	Sizes      *assets.Limits    `json:"sizes,omitempty"`
 }
 
 // Space is the registered pipeline's share of the NATS account.
@@ -47,7 +48,11 @@ func (r Registration) Assets() (assets.Config, error) {
 	if err != nil {
 		return assets.Config{}, err
 	}
-	return assets.Config{Space: sp, Replicas: r.Replicas, Steps: r.Definition().Names(), AckWait: r.AckWait}, nil
+	c := assets.Config{Space: sp, Replicas: r.Replicas, Steps: r.Definition().Names(), AckWait: r.AckWait}
+	if r.Sizes != nil {
+		c.Limits = *r.Sizes
+	}
+	return c, nil
 }
 
 // Definition is the registered definition (without CheckInput and RunID, which are code).
@@ -70,7 +75,11 @@ func (c Config) registration() Registration {
 		s.SharedLimits[setting] = l
 	}
 	d := c.Pipeline
-	return Registration{Name: d.Name, Input: d.Input, NaturalKey: d.NaturalKey, Steps: d.Steps, Settings: s, Replicas: c.Replicas, AckWait: c.AckWait}
+	r := Registration{Name: d.Name, Input: d.Input, NaturalKey: d.NaturalKey, Steps: d.Steps, Settings: s, Replicas: c.Replicas, AckWait: c.AckWait}
+	if c.Sizes != (assets.Limits{}) {
+		r.Sizes = &c.Sizes
+	}
+	return r
 }
 
 // register records c's registration in BucketPipelines, making the bucket when missing.

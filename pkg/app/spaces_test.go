@@ -2,8 +2,10 @@ package app_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,5 +118,43 @@ func TestPipelineNameRefused(t *testing.T) {
 	}
 	if _, err := assets.SpaceOf("runs"); err == nil {
 		t.Error(`SpaceOf("runs") accepted a reserved name`)
+	}
+}
+
+// A pipeline named as a service, a reply prefix or a NATS user of the account is refused by
+// Init before it makes anything, the error naming what it would meet (a pipeline called cli
+// took the operator's CLI's replies, _INBOX.cairn.cli); so is a registration of such a name
+// read back (one an earlier release made).
+func TestPipelineNameClashRefused(t *testing.T) {
+	srv, err := app.Embedded("clash", "127.0.0.1", -1, filepath.Join(t.TempDir(), "nats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	for name, clash := range map[string]string{
+		"cli": "_INBOX.cairn.cli", "supervisor": "_INBOX.cairn.supervisor", "fetch": "_INBOX.cairn.fetch",
+		"match": "_INBOX.cairn.match", "compensator": "_INBOX.cairn.compensator", "owner": "cairn.owner.",
+		"admin": "NATS user", "debit": "debit-notes", "init": "_INBOX.cairn.init",
+	} {
+		err := app.Init(t.Context(), greeting(js, name, t.TempDir()))
+		if !errors.Is(err, assets.ErrReservedName) || !strings.Contains(err.Error(), clash) {
+			t.Errorf("Init of pipeline %q: %v; want it refused as reserved, naming %s", name, err, clash)
+		}
+		if _, err := (app.Registration{Name: name}).Assets(); !errors.Is(err, assets.ErrReservedName) {
+			t.Errorf("registration %q read back: %v, want it refused as reserved", name, err)
+		}
+	}
+	lister := js.StreamNames(t.Context())
+	for name := range lister.Name() {
+		t.Errorf("stream %s made for a refused pipeline", name)
+	}
+	if err := lister.Err(); err != nil {
+		t.Fatal(err)
 	}
 }

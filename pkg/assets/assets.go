@@ -59,6 +59,10 @@ const (
 // ErrMismatch: an existing asset differs from its definition.
 var ErrMismatch = errors.New("asset differs from its definition")
 
+// ErrReservedName: a pipeline's name is taken by a name of the NATS account it would meet
+// (a service's, a reply prefix, a word of the default space).
+var ErrReservedName = errors.New("reserved pipeline name")
+
 // ErrMissing: an asset a service needs does not exist (run cairn init).
 var ErrMissing = errors.New("asset missing")
 
@@ -69,12 +73,14 @@ type Config struct {
 	Steps      []string      // the pipeline's step names: one durable each on CAIRN_STEPS
 	AckWait    time.Duration // step consumers' ack wait; default 30s
 	MaxDeliver int           // step consumers' safety net; default 20
+	Limits     Limits        // the assets' sizes; zero fields: the defaults
 }
 
 func (c Config) withDefaults() Config {
 	c.Replicas = cmp.Or(c.Replicas, 1)
 	c.AckWait = cmp.Or(c.AckWait, 30*time.Second)
 	c.MaxDeliver = cmp.Or(c.MaxDeliver, 20)
+	c.Limits = c.Limits.withDefaults()
 	return c
 }
 
@@ -85,7 +91,7 @@ func (c Config) validate() error {
 	if len(c.Steps) == 0 {
 		return errors.New("the pipeline has no steps")
 	}
-	return nil
+	return c.Limits.Validate()
 }
 
 // Streams returns the stream definitions.
@@ -101,12 +107,14 @@ func (c Config) Streams() []jetstream.StreamConfig {
 			Replicas: c.Replicas, Discard: jetstream.DiscardOld, Duplicates: 2 * time.Minute, PersistMode: pm,
 		}
 	}
-	sp := c.Space
+	sp, l := c.Space, c.Limits
 	return []jetstream.StreamConfig{
-		st(sp.Stream(StreamRuns), []string{sp.RunStart(), sp.RunsPrefix() + "*.*"}, jetstream.WorkQueuePolicy, jetstream.DefaultPersistMode),
-		st(sp.Stream(StreamSteps), []string{sp.StepPrefix() + "*.*"}, jetstream.WorkQueuePolicy, async),
-		st(sp.Stream(StreamSaga), []string{sp.Root() + "saga.>"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode),
-		st(sp.Stream(StreamOutbox), []string{sp.Root() + "outbox.>"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode),
+		// What recovery needs is never dropped: past its size a stream refuses the publish
+		// (DiscardNew), and has no age limit, which could take an intent an undo still needs.
+		kept(st(sp.Stream(StreamRuns), []string{sp.RunStart(), sp.RunsPrefix() + "*.*"}, jetstream.WorkQueuePolicy, jetstream.DefaultPersistMode), l.Queues, MaxEventSize),
+		kept(st(sp.Stream(StreamSteps), []string{sp.StepPrefix() + "*.*"}, jetstream.WorkQueuePolicy, async), l.Queues, MaxEventSize),
+		kept(st(sp.Stream(StreamSaga), []string{sp.Root() + "saga.>"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode), l.Saga, MaxSagaMsgSize),
+		kept(st(sp.Stream(StreamOutbox), []string{sp.Root() + "outbox.>"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode), l.Outbox, MaxOutboxSize),
 		// The timeline counts paid calls and document loads across crashes; under cairn dev the
 		// server dies with the process, so audit writes are persisted before they are acked.
 		limited(st(sp.Stream(StreamAudit), []string{sp.Root() + "audit.>"}, jetstream.LimitsPolicy, jetstream.DefaultPersistMode), AuditMaxAge, AuditMaxBytes, AuditMaxMsgs),
@@ -116,6 +124,13 @@ func (c Config) Streams() []jetstream.StreamConfig {
 
 func limited(c jetstream.StreamConfig, age time.Duration, bytes, msgs int64) jetstream.StreamConfig {
 	c.MaxAge, c.MaxBytes, c.MaxMsgs = age, bytes, msgs
+	return c
+}
+
+// kept bounds a stream whose messages must not be lost: at most bytes, each message at most
+// size, a publish past them refused.
+func kept(c jetstream.StreamConfig, bytes int64, size int32) jetstream.StreamConfig {
+	c.MaxBytes, c.MaxMsgSize, c.Discard = bytes, size, jetstream.DiscardNew
 	return c
 }
 
@@ -163,30 +178,34 @@ func (c Config) Consumers() []Consumer {
 // Buckets returns the key-value bucket definitions (without the epoch).
 func (c Config) Buckets() []jetstream.KeyValueConfig {
 	c = c.withDefaults()
-	kv := func(name string, history uint8) jetstream.KeyValueConfig {
-		return jetstream.KeyValueConfig{Bucket: name, History: history, Storage: jetstream.FileStorage, Replicas: c.Replicas}
+	// A bucket discards new writes (the client's default): a full one refuses the write.
+	kv := func(name string, history uint8, bytes int64, value int32) jetstream.KeyValueConfig {
+		return jetstream.KeyValueConfig{Bucket: name, History: history, Storage: jetstream.FileStorage, Replicas: c.Replicas,
+			MaxBytes: bytes, MaxValueSize: value}
 	}
+	b := c.Limits.Buckets
 	return []jetstream.KeyValueConfig{
-		kv(c.Space.Bucket(BucketRuns), 16),
-		kv(c.Space.Bucket(BucketMemo), 1),
-		kv(c.Space.Bucket(BucketHandovers), 8),
-		kv(c.Space.Bucket(BucketOutbox), 4),
-		kv(c.Space.Bucket(BucketNaturalKeys), 4),
-		kv(c.Space.Bucket(BucketLimits), 1),
-		kv(c.Space.Bucket(BucketKeys), 4),
+		kv(c.Space.Bucket(BucketRuns), 16, c.Limits.Runs, MaxRecordSize),
+		kv(c.Space.Bucket(BucketMemo), 1, c.Limits.Memo, MaxMemoSize),
+		kv(c.Space.Bucket(BucketHandovers), 8, b, MaxValueSize),
+		kv(c.Space.Bucket(BucketOutbox), 4, b, MaxValueSize),
+		kv(c.Space.Bucket(BucketNaturalKeys), 4, b, MaxValueSize),
+		kv(c.Space.Bucket(BucketLimits), 1, b, MaxValueSize),
+		kv(c.Space.Bucket(BucketKeys), 4, b, MaxValueSize),
 	}
 }
 
 // ObjectStore returns the artifact store definition.
 func (c Config) ObjectStore() jetstream.ObjectStoreConfig {
 	c = c.withDefaults()
-	return jetstream.ObjectStoreConfig{Bucket: c.Space.Bucket(ObjectArtifacts), Storage: jetstream.FileStorage, Replicas: c.Replicas}
+	return jetstream.ObjectStoreConfig{Bucket: c.Space.Bucket(ObjectArtifacts), Storage: jetstream.FileStorage, Replicas: c.Replicas, MaxBytes: c.Limits.Artifacts}
 }
 
 // Ensure creates every missing asset and checks every existing one. The changes it makes
 // to an existing asset are to lift a delivery limit the definition no longer has (the
-// outbox sender's, made by an earlier release) and to set a stream's retention limits to
-// its definition's; EnsureReport names each such change.
+// outbox sender's, made by an earlier release) and to set the size limits of a stream, a
+// bucket or the object store to its definition's (Limits); EnsureReport names each such
+// change.
 func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 	_, err := EnsureReport(ctx, js, c)
 	return err
@@ -214,12 +233,12 @@ func apply(ctx context.Context, js jetstream.JetStream, c Config, create bool, c
 	}
 	var errs []error
 	for _, want := range c.Streams() {
-		errs = append(errs, ensureStream(ctx, js, want, create, changed))
+		errs = append(errs, ensureStream(ctx, js, want, c.setting(want.Name), create, changed))
 	}
 	for _, want := range c.Buckets() {
-		errs = append(errs, ensureBucket(ctx, js, want, want.Bucket == c.Space.Bucket(BucketRuns), create))
+		errs = append(errs, ensureBucket(ctx, js, want, want.Bucket == c.Space.Bucket(BucketRuns), c.setting(want.Bucket), create, changed))
 	}
-	errs = append(errs, ensureObjectStore(ctx, js, c.ObjectStore(), create))
+	errs = append(errs, ensureObjectStore(ctx, js, c.ObjectStore(), create, changed))
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -229,7 +248,7 @@ func apply(ctx context.Context, js jetstream.JetStream, c Config, create bool, c
 	return errors.Join(errs...)
 }
 
-func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, create bool, changed *[]string) error {
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, setting string, create bool, changed *[]string) error {
 	s, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		if !create {
@@ -247,34 +266,64 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	if err := compareStream(got, want); err != nil || !create {
 		return err
 	}
-	return ensureLimits(ctx, js, got, want, changed)
+	return ensureLimits(ctx, js, "stream "+want.Name, s.CachedInfo(), want, setting, changed)
 }
 
-// ensureLimits sets a stream's retention limits (MaxAge, MaxBytes, MaxMsgs) to its
-// definition's, in place: the server keeps the stream's messages within the new limits and
-// its consumers' positions. Only Ensure (cairn init, cairn dev) does it; Check, which every
-// service runs at its start, does not refuse other limits (an operator's, or an earlier
-// release's).
-func ensureLimits(ctx context.Context, js jetstream.JetStream, got, want jetstream.StreamConfig, changed *[]string) error {
+// ensureLimits sets the limits of a stream (a bucket's or an object store's included:
+// MaxAge, MaxBytes, MaxMsgs, MaxMsgSize, Discard) to want's, in place: the server keeps the
+// stream's messages and its consumers' positions. Only Ensure (cairn init, cairn dev) does
+// it; Check, which every service runs at its start, does not refuse other limits (an
+// operator's, or an earlier release's). A stream that discards new writes and already holds
+// more than its new limit is not changed (it would refuse every write at once): the error
+// names the setting to raise.
+func ensureLimits(ctx context.Context, js jetstream.JetStream, asset string, info *jetstream.StreamInfo, want jetstream.StreamConfig, setting string, changed *[]string) error {
 	unlimited := func(n int64) int64 { // the server keeps 0 as -1: both are no limit
 		if n <= 0 {
 			return -1
 		}
 		return n
 	}
-	if got.MaxAge == want.MaxAge && unlimited(got.MaxBytes) == unlimited(want.MaxBytes) && unlimited(got.MaxMsgs) == unlimited(want.MaxMsgs) {
+	got := info.Config
+	if got.MaxAge == want.MaxAge && unlimited(got.MaxBytes) == unlimited(want.MaxBytes) && unlimited(got.MaxMsgs) == unlimited(want.MaxMsgs) &&
+		unlimited(int64(got.MaxMsgSize)) == unlimited(int64(want.MaxMsgSize)) && got.Discard == want.Discard {
 		return nil
 	}
+	if want.Discard == jetstream.DiscardNew && want.MaxBytes > 0 && info.State.Bytes >= uint64(want.MaxBytes) {
+		return fmt.Errorf("%s holds %d bytes, not less than its limit of %d: raise %s and run cairn init again: %w", asset, info.State.Bytes, want.MaxBytes, setting, ErrMismatch)
+	}
 	upd := got
-	upd.MaxAge, upd.MaxBytes, upd.MaxMsgs = want.MaxAge, want.MaxBytes, want.MaxMsgs
+	upd.MaxAge, upd.MaxBytes, upd.MaxMsgs, upd.MaxMsgSize, upd.Discard = want.MaxAge, want.MaxBytes, want.MaxMsgs, want.MaxMsgSize, want.Discard
 	if _, err := js.UpdateStream(ctx, upd); err != nil {
-		return fmt.Errorf("updating the retention limits of stream %s: %w", want.Name, err)
+		return fmt.Errorf("updating the limits of %s: %w", asset, err)
 	}
 	if changed != nil {
-		*changed = append(*changed, fmt.Sprintf("stream %s: max age %v, max bytes %d, max messages %d; was %v, %d, %d",
-			want.Name, want.MaxAge, want.MaxBytes, want.MaxMsgs, got.MaxAge, got.MaxBytes, got.MaxMsgs))
+		*changed = append(*changed, fmt.Sprintf("%s: max age %v, max bytes %d, max messages %d, max message size %d, discard %v; was %v, %d, %d, %d, %v",
+			asset, want.MaxAge, want.MaxBytes, want.MaxMsgs, want.MaxMsgSize, want.Discard, got.MaxAge, got.MaxBytes, got.MaxMsgs, got.MaxMsgSize, got.Discard))
 	}
 	return nil
+}
+
+// setting is the cairn init setting of the size of asset (a stream's, a bucket's or the
+// object store's name).
+func (c Config) setting(asset string) string {
+	sp := c.Space
+	switch asset {
+	case sp.Stream(StreamRuns), sp.Stream(StreamSteps):
+		return "CAIRN_MAX_QUEUE_BYTES (Limits.Queues)"
+	case sp.Stream(StreamSaga):
+		return "CAIRN_MAX_SAGA_BYTES (Limits.Saga)"
+	case sp.Stream(StreamOutbox):
+		return "CAIRN_MAX_OUTBOX_BYTES (Limits.Outbox)"
+	case sp.Bucket(BucketRuns):
+		return "CAIRN_MAX_RUNS_BYTES (Limits.Runs)"
+	case sp.Bucket(BucketMemo):
+		return "CAIRN_MAX_MEMO_BYTES (Limits.Memo)"
+	case sp.Bucket(ObjectArtifacts):
+		return "CAIRN_MAX_ARTIFACT_BYTES (Limits.Artifacts)"
+	case sp.Stream(StreamAudit), sp.Stream(StreamRejected):
+		return "its retention"
+	}
+	return "CAIRN_MAX_BUCKET_BYTES (Limits.Buckets)"
 }
 
 func compareStream(got, want jetstream.StreamConfig) error {
@@ -301,7 +350,7 @@ func compareStream(got, want jetstream.StreamConfig) error {
 }
 
 // ensureBucket: epoch, whether the bucket is the runs' (whose metadata holds the epoch).
-func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, epoch, create bool) error {
+func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, epoch bool, setting string, create bool, changed *[]string) error {
 	_, err := js.KeyValue(ctx, want.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		if !create {
@@ -336,10 +385,15 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.Ke
 	if epoch && got.Metadata[EpochKey] == "" {
 		diffs = append(diffs, fmt.Errorf("bucket %s: no %s in its metadata: %w", want.Bucket, EpochKey, ErrMismatch))
 	}
-	return errors.Join(diffs...)
+	if len(diffs) > 0 || !create {
+		return errors.Join(diffs...)
+	}
+	limits := got
+	limits.MaxBytes, limits.MaxMsgSize, limits.Discard = want.MaxBytes, want.MaxValueSize, jetstream.DiscardNew
+	return ensureLimits(ctx, js, "bucket "+want.Bucket, s.CachedInfo(), limits, setting, changed)
 }
 
-func ensureObjectStore(ctx context.Context, js jetstream.JetStream, want jetstream.ObjectStoreConfig, create bool) error {
+func ensureObjectStore(ctx context.Context, js jetstream.JetStream, want jetstream.ObjectStoreConfig, create bool, changed *[]string) error {
 	_, err := js.ObjectStore(ctx, want.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		if !create {
@@ -365,7 +419,12 @@ func ensureObjectStore(ctx context.Context, js jetstream.JetStream, want jetstre
 	if got.Storage != want.Storage {
 		diffs = append(diffs, fmt.Errorf("object store %s: storage is %v, want %v: %w", want.Bucket, got.Storage, want.Storage, ErrMismatch))
 	}
-	return errors.Join(diffs...)
+	if len(diffs) > 0 || !create {
+		return errors.Join(diffs...)
+	}
+	limits := got
+	limits.MaxBytes, limits.Discard = want.MaxBytes, jetstream.DiscardNew
+	return ensureLimits(ctx, js, "object store "+want.Bucket, s.CachedInfo(), limits, "CAIRN_MAX_ARTIFACT_BYTES (Limits.Artifacts)", changed)
 }
 
 func ensureConsumer(ctx context.Context, js jetstream.JetStream, want Consumer, create bool, changed *[]string) error {

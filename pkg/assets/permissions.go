@@ -14,7 +14,8 @@ import (
 // permissions (publish and subscribe allow lists, with allow_responses for the owner
 // inboxes' answers): the JetStream API of its own streams, buckets and consumers, and its
 // own space's subjects, so that its services read and write nothing of another pipeline.
-// Creating, changing or deleting a stream, a bucket or a durable is admin's (Init).
+// Creating, changing or deleting a stream, a bucket or a durable is admin's (Init), and so
+// is writing the keys bucket (the services' public keys, the approvers, the seal).
 //
 // The services' connection must take its replies under Inbox (nats.CustomInboxPrefix), for
 // another pipeline's services cannot subscribe there; so must its owner inboxes be, under
@@ -80,8 +81,13 @@ func (c Config) Permissions() Permissions {
 	for _, s := range queues {
 		pub = append(pub, "$JS.API.STREAM.MSG.DELETE."+s)
 	}
+	// Every bucket but the keys: the public keys, the approvers and the seal are admin's to
+	// write (Init, cairn approver add), as the night's cairn-keys is in accounts.conf; a
+	// service only reads them.
 	for _, b := range c.Buckets() {
-		pub = append(pub, "$KV."+b.Bucket+".>")
+		if b.Bucket != sp.Bucket(BucketKeys) {
+			pub = append(pub, "$KV."+b.Bucket+".>")
+		}
 	}
 	pub = append(pub, "$O."+obj+".>")
 	sub := []string{

@@ -3,7 +3,6 @@ package assets
 import (
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
 )
 
@@ -27,18 +26,14 @@ var Default Space
 // make one bucket name (cairn-a-b-runs).
 var spaceName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
 
-// reserved are the names that would make a space's subjects or buckets the default space's:
-// the second token of its subjects and the first word after cairn- of its buckets.
-var reserved = []string{"runs", "step", "saga", "outbox", "audit", "rejected", "memo", "handovers", "natural", "limits", "artifacts", "keys", "pipelines", "epoch", "owner"}
-
 // SpaceOf is the space of the pipeline called name, or an error naming what is wrong with
-// the name.
+// the name: its shape, or what it would clash with (a reserved name, ErrReservedName).
 func SpaceOf(name string) (Space, error) {
 	if !spaceName.MatchString(name) {
 		return Space{}, fmt.Errorf("pipeline name %q: a pipeline's space takes its name, which must match %s (a letter, then up to 31 lower-case letters, digits or _)", name, spaceName)
 	}
-	if slices.Contains(reserved, name) {
-		return Space{}, fmt.Errorf("pipeline name %q is reserved: its names would meet the default space's (reserved: %v)", name, reserved)
+	if err := reservedError(name); err != nil {
+		return Space{}, err
 	}
 	return Space{name: name}, nil
 }

@@ -56,7 +56,7 @@ func TestSpaceNames(t *testing.T) {
 }
 
 func TestSpaceOfRefuses(t *testing.T) {
-	for _, name := range []string{"", "Enrich", "my-job", "1st", "runs", "natural", strings.Repeat("a", 33), "a.b", "a*"} {
+	for _, name := range []string{"", "Enrich", "my-job", "1st", "runs", "natural", "cli", "supervisor", "fetch", "admin", strings.Repeat("a", 33), "a.b", "a*"} {
 		if _, err := SpaceOf(name); err == nil {
 			t.Errorf("SpaceOf(%q) accepted it", name)
 		}

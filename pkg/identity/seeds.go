@@ -15,24 +15,50 @@ import (
 	"github.com/cairnhq/cairn/pkg/assets"
 )
 
+// The permissions of a seed and of the folder Cairn writes seeds in: the user the services
+// run as alone.
+const (
+	SeedMode    fs.FileMode = 0o600
+	SeedDirMode fs.FileMode = 0o700
+)
+
+// privateDir takes from folder dir any permission beyond SeedDirMode.
+func privateDir(dir string) error {
+	info, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if perm := info.Mode().Perm(); perm&^SeedDirMode != 0 {
+		if err := os.Chmod(dir, perm&SeedDirMode); err != nil {
+			return fmt.Errorf("the seeds' folder %s is %v, open to others: %w", dir, perm, err)
+		}
+	}
+	return nil
+}
+
 // SeedFile is where service name's seed is kept in a folder of seeds.
 func SeedFile(dir, name string) string { return filepath.Join(dir, name+".seed") }
 
 // EnsureSeed returns the public key of service name's seed, dir/<name>.seed, making the
-// folder (0700) and the seed (0600) when missing; a seed is never overwritten.
+// folder (0700) and the seed (0600) when missing; a seed is never overwritten. A folder that
+// exists open to others (0755) is made 0700 before a seed is written in it; a folder it only
+// reads seeds from is left as it is (a mounted secret may be read-only).
 func EnsureSeed(dir, name string) (string, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(dir, SeedDirMode); err != nil {
 		return "", err
 	}
 	path := SeedFile(dir, name)
 	seed, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
+		if err := privateDir(dir); err != nil {
+			return "", err
+		}
 		s, gerr := NewSeed()
 		if gerr != nil {
 			return "", gerr
 		}
 		seed = []byte(s + "\n")
-		f, oerr := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		f, oerr := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, SeedMode)
 		if oerr != nil {
 			return "", oerr
 		}

@@ -71,6 +71,11 @@ type Config struct {
 	Approvers *identity.Ring
 	// Notify tells people of a handover, once per note id. May be nil.
 	Notify func(ctx context.Context, kind string, note runner.HandoverNote, generation int, token uint64)
+	// NoticeBurst is the most notices of records that fail their checks sent alone in a
+	// NoticeWindow; past it they are counted and told by one summary notice in the window
+	// (notices.go). Defaults 3 and 10m.
+	NoticeBurst  int
+	NoticeWindow time.Duration
 }
 
 // Supervisor consumes the control durable and sweeps the checkpoints.
@@ -98,6 +103,7 @@ type Supervisor struct {
 	over     map[string]overreached
 	panicked map[string]uint64
 	queues   map[string]jetstream.Stream // the work queues the unknown sweep reads, by name
+	notices  noticeBound                 // the notices of untrusted records in the window
 }
 
 // delivery is how many of a finishing run's messages a sweep found undelivered, and when, by
@@ -138,6 +144,8 @@ func New(c Config) (*Supervisor, error) {
 	c.OutboxStall = cmp.Or(c.OutboxStall, 15*time.Minute)
 	c.ReassignLimit = cmp.Or(c.ReassignLimit, 5)
 	c.ApprovalTimeout = cmp.Or(c.ApprovalTimeout, 24*time.Hour)
+	c.NoticeBurst = cmp.Or(c.NoticeBurst, 3)
+	c.NoticeWindow = cmp.Or(c.NoticeWindow, 10*time.Minute)
 	if c.Metrics == nil {
 		c.Metrics = metrics.New()
 	}

@@ -68,6 +68,7 @@ func (s *Supervisor) noteUntrusted(ctx context.Context) {
 		}
 		s.mu.Unlock()
 	}
+	s.flushNotices(ctx)
 }
 
 // noteOnly writes the handover note of a run the supervisor cannot act on, the record
@@ -96,9 +97,7 @@ func (s *Supervisor) noteOnly(ctx context.Context, runID, step string, cause err
 	if _, err := s.cfg.Handovers.Put(ctx, runID, b); err != nil {
 		return fmt.Errorf("writing handover note %q: %w", note.ID, err)
 	}
-	if s.cfg.Notify != nil {
-		s.cfg.Notify(ctx, "handover", note, 0, 0)
-	}
+	s.notifyUntrusted(ctx, note)
 	s.cfg.Metrics.Handovers.WithLabelValues(cmpStep(step), reasonRecord).Inc()
 	s.record(ctx, events.AuditStepID(runID, cmpStep(step), "handover", 0), events.Audit{RunID: runID, Step: step, Event: "handover", Detail: cut(cause.Error(), 512)})
 	s.log.Error("run handed over: its record is not trusted", slog.String("run_id", runID), slog.Any("error", cause))

@@ -14,12 +14,16 @@ import (
 	"strings"
 
 	"github.com/cairnhq/cairn/examples/enrich/records"
+	"github.com/cairnhq/cairn/internal/sqlitefile"
 	"github.com/cairnhq/cairn/pkg/httpidem"
 )
 
 // openDB opens the upload system's SQLite file (WAL, busy timeout, as pkg/httpidem
 // asks) and creates its tables: uploads and the idempotency store's.
 func openDB(path string) (*sql.DB, error) {
+	if err := sqlitefile.Private(path); err != nil {
+		return nil, err
+	}
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)")
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
