@@ -70,7 +70,9 @@ type bundle struct {
 	as   string // the service the requests are signed as ("": unsigned)
 }
 
-func setup(t *testing.T, k *keys, dsn string) *bundle { return setupHooks(t, k, dsn, ledgerapi.Hooks{}) }
+func setup(t *testing.T, k *keys, dsn string) *bundle {
+	return setupHooks(t, k, dsn, ledgerapi.Hooks{})
+}
 
 func setupHooks(t *testing.T, k *keys, dsn string, hooks ledgerapi.Hooks) *bundle {
 	t.Helper()
