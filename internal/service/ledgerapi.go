@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/cairnhq/cairn/internal/books"
 	"github.com/cairnhq/cairn/internal/ledgerapi"
 	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/httpidem"
 	"github.com/cairnhq/cairn/pkg/identity"
 	"github.com/cairnhq/cairn/pkg/metrics"
 )
@@ -191,7 +193,8 @@ func LedgerAPIMain() {
 
 // connectLedgerAPI connects to CAIRN_NATS_URL as the ledger API's user, for the keys.
 func connectLedgerAPI(c LedgerAPIConfig) (*nats.Conn, jetstream.JetStream, error) {
-	opts := []nats.Option{nats.Name("cairn-ledger-api"), nats.MaxReconnects(-1),
+	// A server not up yet is waited for: the API answers 503 until the keys are read.
+	opts := []nats.Option{nats.Name("cairn-ledger-api"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true),
 		nats.CustomInboxPrefix(c.InboxPrefix + ".ledger-api"), nats.Timeout(connectTimeout)}
 	if c.NATSCreds != "" {
 		opts = append(opts, nats.UserCredentials(c.NATSCreds))
@@ -208,10 +211,10 @@ func connectLedgerAPI(c LedgerAPIConfig) (*nats.Conn, jetstream.JetStream, error
 	return nc, js, nil
 }
 
-// RunLedgerAPI opens the callers' keys (cairn-keys on js) and the ledger's database,
-// creates the middleware's tables where missing, and serves the API on c.Addr until ctx
-// ends; it calls ready with the address it serves on once the keys and the database are
-// open and the listener bound.
+// RunLedgerAPI opens the ledger's database, creates the middleware's tables where
+// missing, and serves the API on c.Addr until ctx ends; it calls ready with the address it
+// serves on once the database is open and the listener bound. Until the callers' keys
+// (cairn-keys on js) are read every request is 503 and /readyz fails.
 func RunLedgerAPI(ctx context.Context, c LedgerAPIConfig, js jetstream.JetStream, log *slog.Logger, ready func(net.Addr)) error {
 	l, err := net.Listen("tcp", c.Addr)
 	if err != nil {
@@ -223,10 +226,6 @@ func RunLedgerAPI(ctx context.Context, c LedgerAPIConfig, js jetstream.JetStream
 			return fmt.Errorf("CAIRN_DATA_DIR %s: %w", c.DataDir, err)
 		}
 	}
-	ring, err := identity.OpenRing(ctx, js, assets.Default)
-	if err != nil {
-		return fmt.Errorf("the callers' keys (CAIRN_NATS_URL; run cairn init): %w", err)
-	}
 	db, err := openBooks(ctx, "CAIRN_LEDGER_DSN", c.LedgerDSN)
 	if err != nil {
 		return err
@@ -235,11 +234,35 @@ func RunLedgerAPI(ctx context.Context, c LedgerAPIConfig, js jetstream.JetStream
 	if err := ledgerapi.CreateTables(ctx, db); err != nil {
 		return fmt.Errorf("CAIRN_LEDGER_DSN: %w", scrubbed(err, c.LedgerDSN.passwords()...))
 	}
-	h, err := ledgerapi.Handler(ledgerapi.Config{DB: db, Expiry: c.KeyTTL, Logger: log.With(slog.String("service", "ledger-api")),
-		Ring: ring, Skew: c.Skew, MaxBody: c.MaxBody})
-	if err != nil {
-		return err
+	// Until the callers' keys can be read (NATS not up yet, or cairn init not run), every
+	// request is 503 and the service unready; then the API serves.
+	var api atomic.Pointer[http.Handler]
+	keysErr := func() error {
+		if api.Load() == nil {
+			return errors.New("the callers' keys (cairn-keys) are not read yet: NATS down, or run cairn init")
+		}
+		return nil
 	}
+	keys := make(chan error, 1)
+	go func() {
+		keys <- openKeys(ctx, js, log, func(ring *identity.Ring) error {
+			h, err := ledgerapi.Handler(ledgerapi.Config{DB: db, Expiry: c.KeyTTL, Logger: log.With(slog.String("service", "ledger-api")),
+				Ring: ring, Skew: c.Skew, MaxBody: c.MaxBody})
+			if err == nil {
+				api.Store(&h)
+			}
+			return err
+		})
+	}()
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := api.Load(); p != nil {
+			(*p).ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Retry-After", "1")
+		httpidem.Problem{Type: ledgerapi.TypeUnavailable, Title: "Ledger unavailable", Status: http.StatusServiceUnavailable,
+			Detail: keysErr().Error() + "; retry later"}.Write(w)
+	})
 	m := metrics.New()
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_ledger_api_requests_total",
 		Help: "Requests the ledger API answered, by method and status code (replays included)."}, []string{"method", "code"})
@@ -253,7 +276,7 @@ func RunLedgerAPI(ctx context.Context, c LedgerAPIConfig, js jetstream.JetStream
 		if err := db.SQL().PingContext(pctx); err != nil {
 			return fmt.Errorf("the ledger's database: %w", scrubbed(err, c.LedgerDSN.passwords()...))
 		}
-		return nil
+		return keysErr()
 	})
 	if c.MetricsAddr != "" {
 		addr, err := m.Listen(ctx, c.MetricsAddr, log)
@@ -273,6 +296,16 @@ func RunLedgerAPI(ctx context.Context, c LedgerAPIConfig, js jetstream.JetStream
 	select {
 	case err := <-served:
 		return fmt.Errorf("serving the ledger API: %w", err)
+	case err := <-keys:
+		if err != nil {
+			srv.Close()
+			return err
+		}
+		select {
+		case err := <-served:
+			return fmt.Errorf("serving the ledger API: %w", err)
+		case <-ctx.Done():
+		}
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.StopGrace)
@@ -281,6 +314,27 @@ func RunLedgerAPI(ctx context.Context, c LedgerAPIConfig, js jetstream.JetStream
 		return fmt.Errorf("stopping the ledger API within CAIRN_STOP_GRACE (%s): %w", c.StopGrace, err)
 	}
 	return nil
+}
+
+// openKeys opens the ring of the callers' keys on js, trying again (every second up to
+// every 10s) while NATS or the bucket is not there yet, and hands it to use; it returns
+// use's error, or nil when ctx ends first.
+func openKeys(ctx context.Context, js jetstream.JetStream, log *slog.Logger, use func(*identity.Ring) error) error {
+	wait := time.Second
+	for {
+		ring, err := identity.OpenRing(ctx, js, assets.Default)
+		if err == nil {
+			log.Info("the callers' keys are open", slog.String("bucket", assets.Default.Bucket(identity.Bucket)))
+			return use(ring)
+		}
+		log.Warn("waiting for the callers' keys (CAIRN_NATS_URL; run cairn init)", slog.Any("error", err))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
 }
 
 // counted counts h's answers by method and status.

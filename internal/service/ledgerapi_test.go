@@ -79,6 +79,12 @@ func TestLedgerAPISettings(t *testing.T) {
 func ledgerKeys(t *testing.T) (jetstream.JetStream, *identity.Signer) {
 	t.Helper()
 	js := natstest.JetStream(t)
+	return js, registerKeys(t, js)
+}
+
+// registerKeys makes cairn-keys on js with post-ledger's key, and returns its signer.
+func registerKeys(t *testing.T, js jetstream.JetStream) *identity.Signer {
+	t.Helper()
 	kv, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: assets.Default.Bucket(identity.Bucket)})
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +103,7 @@ func ledgerKeys(t *testing.T) (jetstream.JetStream, *identity.Signer) {
 	if _, err := identity.SealOnce(t.Context(), kv, identity.Seal{}); err != nil {
 		t.Fatal(err)
 	}
-	return js, sg
+	return sg
 }
 
 // ledgerAPIConfig is a valid configuration serving on loopback over a SQLite file.
@@ -111,6 +117,29 @@ func ledgerAPIConfig(t *testing.T) LedgerAPIConfig {
 }
 
 // runLedgerAPI runs the service with c until the test ends and returns its address.
+// keysOpen waits for the service to have read the callers' keys, as a client retrying a
+// 503 does.
+func runLedgerAPIOpen(t *testing.T, c LedgerAPIConfig, js jetstream.JetStream) string {
+	t.Helper()
+	addr := runLedgerAPI(t, c, js, quiet)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := http.Get("http://" + addr + "/v1/entries/k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the callers' keys not read within a minute")
+		}
+		<-time.After(50 * time.Millisecond)
+	}
+}
+
+
 func runLedgerAPI(t *testing.T, c LedgerAPIConfig, js jetstream.JetStream, log *slog.Logger) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -154,14 +183,33 @@ func TestLedgerAPIAddrInUse(t *testing.T) {
 	}
 }
 
-// Without the callers' keys (no cairn-keys bucket) the service does not start.
-func TestLedgerAPINeedsKeys(t *testing.T) {
+// Until the callers' keys can be read (no cairn-keys yet: cairn init not run) every request
+// is 503; once they are registered, the API serves.
+func TestLedgerAPIWaitsForKeys(t *testing.T) {
 	js := natstest.JetStream(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	err := RunLedgerAPI(ctx, ledgerAPIConfig(t), js, quiet, func(net.Addr) { t.Error("ready without keys") })
-	if err == nil || !strings.Contains(err.Error(), "keys") {
-		t.Fatalf("RunLedgerAPI without cairn-keys: %v, want an error naming the keys", err)
+	addr := runLedgerAPI(t, ledgerAPIConfig(t), js, quiet)
+	get := func(sg *identity.Signer) int {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+"/v1/entries/k1", nil)
+		if sg != nil {
+			httpidem.Sign(req, nil, sg, time.Now(), ledgerapi.EpochHeader)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if s := get(nil); s != http.StatusServiceUnavailable {
+		t.Fatalf("before the keys: %d, want 503", s)
+	}
+	sg := registerKeys(t, js)
+	deadline := time.Now().Add(time.Minute)
+	for get(sg) != http.StatusNotFound {
+		if time.Now().After(deadline) {
+			t.Fatal("the API did not serve within a minute of the keys' registration")
+		}
+		<-time.After(100 * time.Millisecond) // the service tries again every few seconds
 	}
 }
 
@@ -169,7 +217,7 @@ func TestLedgerAPINeedsKeys(t *testing.T) {
 // stops cleanly when its context ends.
 func TestLedgerAPIRunsAndStops(t *testing.T) {
 	js, sg := ledgerKeys(t)
-	addr := runLedgerAPI(t, ledgerAPIConfig(t), js, quiet)
+	addr := runLedgerAPIOpen(t, ledgerAPIConfig(t), js)
 	get := func(sign bool) int {
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+"/v1/entries/k1", nil)
 		if sign {
@@ -197,7 +245,7 @@ func TestLedgerAPIBounds(t *testing.T) {
 	js, sg := ledgerKeys(t)
 	c := ledgerAPIConfig(t)
 	c.ReadHeaderTimeout, c.ReadTimeout, c.MaxBody = 500*time.Millisecond, time.Second, 4096
-	addr := runLedgerAPI(t, c, js, quiet)
+	addr := runLedgerAPIOpen(t, c, js)
 	for name, start := range map[string]string{
 		"slow body":    "POST /v1/entries HTTP/1.1\r\nHost: ledger\r\nContent-Length: 100000\r\n\r\n{",
 		"slow headers": "POST /v1/entries HTTP/1.1\r\nHost: ledger\r\nX-Slow: ",
