@@ -139,7 +139,6 @@ func runLedgerAPIOpen(t *testing.T, c LedgerAPIConfig, js jetstream.JetStream) s
 	}
 }
 
-
 func runLedgerAPI(t *testing.T, c LedgerAPIConfig, js jetstream.JetStream, log *slog.Logger) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
