@@ -86,6 +86,26 @@ func startLedgerAPI(t *testing.T, addr string, env ...string) *ledgerAPI {
 	return &ledgerAPI{t: t, url: "http://" + addr, metrics: metrics, proc: p}
 }
 
+// keysRead waits until the service is ready: its database open and its callers' keys read
+// (it answers 503 before).
+func (l *ledgerAPI) keysRead() {
+	l.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := http.Get("http://" + l.metrics + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			l.t.Fatalf("ledger-api not ready within a minute: %v", err)
+		}
+		<-time.After(50 * time.Millisecond) // the service reads the keys right after it serves
+	}
+}
+
 // post sends one entry under key with the run's token 1, and returns the status and body.
 func (l *ledgerAPI) post(key string, e books.Entry) (int, []byte, http.Header) {
 	l.t.Helper()
@@ -211,6 +231,7 @@ func TestLedgerAPIProcess(t *testing.T) {
 	natsURL, sg := ledgerAPIKeys(t)
 	l := startLedgerAPI(t, anyAddr, "CAIRN_DATA_DIR="+dir, "CAIRN_LEDGER_DSN="+dsn, natsURL)
 	l.signer = sg
+	l.keysRead()
 	addr := strings.TrimPrefix(l.url, "http://")
 	entries := ledgerAPIEntries("run-e2e")
 	l.postAll(entries, http.StatusCreated)
@@ -219,6 +240,7 @@ func TestLedgerAPIProcess(t *testing.T) {
 	l.proc.Kill()
 	l = startLedgerAPI(t, addr, "CAIRN_DATA_DIR="+dir, "CAIRN_LEDGER_DSN="+dsn, natsURL)
 	l.signer = sg
+	l.keysRead()
 	for _, e := range entries {
 		status, body, h := l.post(e.Key, e)
 		if status != http.StatusCreated || h.Get(httpidem.ReplayedHeader) != "true" {
@@ -341,6 +363,7 @@ func TestLedgerAPIPostgresRole(t *testing.T) {
 	natsURL, sg := ledgerAPIKeys(t)
 	l := startLedgerAPI(t, anyAddr, "CAIRN_DATA_DIR="+t.TempDir(), "CAIRN_LEDGER_DSN="+roleDSN, natsURL)
 	l.signer = sg
+	l.keysRead()
 	entries := ledgerAPIEntries("run-pg")
 	l.postAll(entries, http.StatusCreated)
 	checkLedger(t, owner, entries)
