@@ -11,7 +11,11 @@ init steps connects as the owner of the tables; every other DSN names a role of
 postgres/roles/roles.sql, with its own password variable, on a database that role may
 connect to; a service whose role may connect to a database has that database's DSN and no
 other; the init's role step sets every role's password. A service that opens no NATS
-connection (NO_NATS: ledger-api, the ledger over HTTP) has no NATS user, URL or password.
+connection (NO_NATS) has no NATS user, URL or password. The ledger over HTTP (ledger-api)
+is reachable only by its callers (LEDGER_CALLERS): on compose, its one network is shared
+by them, NATS and PostgreSQL alone; on Kubernetes, a NetworkPolicy lets only them reach
+its API port. On compose each service mounts its own signing seed and no other (ledger-api
+none); only the init mounts the volume of seeds whole.
 """
 import glob
 import os
@@ -26,7 +30,9 @@ except ImportError:
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BUSY = {"extract", "post-ledger", "update-stock"}
-NO_NATS = {"ledger-api"}
+NO_NATS = set()
+LEDGER_CALLERS = {"post-ledger", "compensator"}
+SEED_TARGET = "/var/lib/cairn/keys"
 
 errors = []
 
@@ -100,6 +106,36 @@ if compose:
         got = c.get("deploy", {}).get("replicas", 1)
         if got != want:
             fail(f"docker-compose.yml: {s} runs {got} instances, want {want}")
+    def networks(c):
+        n = c.get("networks", ["default"])
+        return set(n if isinstance(n, list) else n.keys())
+
+    def seeds(c):
+        out = []
+        for v in c.get("volumes", []):
+            if isinstance(v, dict) and v.get("source") == "keys":
+                out.append((v.get("volume", {}) or {}).get("subpath") or "the whole volume")
+            elif isinstance(v, str) and v.split(":")[0] == "keys":
+                out.append("the whole volume")
+        return out
+
+    api = svcs.get("ledger-api", {})
+    if networks(api) != {"ledger"}:
+        fail(f"docker-compose.yml: ledger-api is on networks {sorted(networks(api))}, want only ledger")
+    on_ledger = {n for n, c in svcs.items() if "ledger" in networks(c)}
+    want_on = LEDGER_CALLERS | {"ledger-api", "postgres", "nats-1", "nats-2", "nats-3"}
+    if on_ledger != want_on:
+        fail(f"docker-compose.yml: network ledger holds {sorted(on_ledger)}, want {sorted(want_on)}")
+    for name, c in svcs.items():
+        got = seeds(c)
+        if name == "init":
+            if got != ["the whole volume"]:
+                fail(f"docker-compose.yml: init mounts {got} of keys, want the whole volume (it makes the seeds)")
+        elif name in services and name not in {"ledger-api"}:
+            if got != [f"{name}.seed"]:
+                fail(f"docker-compose.yml: {name} mounts {got} of keys, want its own seed {name}.seed alone")
+        elif got:
+            fail(f"docker-compose.yml: {name} mounts {got} of keys, want no seed")
     with open(os.path.join(HERE, "docker-compose.yml")) as f:
         for var in re.findall(r"\$\{([A-Z0-9_]+)\}", f.read()):
             if var not in env:
@@ -159,6 +195,20 @@ for s in services:
     key = e.get("NATS_PASSWORD", {}).get("valueFrom", {}).get("secretKeyRef", {}).get("key")
     if key != password_var(s):
         fail(f"k8s: Deployment {s} takes its password from {key}, not {password_var(s)}")
+
+pol = by_kind.get("NetworkPolicy", {}).get("ledger-api")
+if not pol:
+    fail("k8s: no NetworkPolicy ledger-api")
+else:
+    spec = pol["spec"]
+    if spec.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/name") != "ledger-api" or "Ingress" not in spec.get("policyTypes", []):
+        fail("k8s: NetworkPolicy ledger-api does not select ledger-api's pods for ingress")
+    for rule in spec.get("ingress", []):
+        ports = {p.get("port") for p in rule.get("ports", [])}
+        if 8080 in ports or not ports:
+            callers = {f.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/name") for f in rule.get("from", [])}
+            if not rule.get("from") or callers != LEDGER_CALLERS:
+                fail(f"k8s: NetworkPolicy ledger-api lets {sorted(c or 'anyone' for c in callers) or ['anyone']} reach its API port, want only {sorted(LEDGER_CALLERS)}")
 
 # PostgreSQL: the roles, the databases each may connect to, and who uses the owner.
 ROLES_DIR = os.path.join(HERE, "postgres", "roles")

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/faults"
 	"github.com/cairnhq/cairn/pkg/httpidem"
+	"github.com/cairnhq/cairn/pkg/identity"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/runner"
 	"github.com/cairnhq/cairn/pkg/saga"
@@ -32,7 +34,8 @@ import (
 // write the ledger through it.
 func (n *night) overHTTP() *ledgerAPI {
 	n.t.Helper()
-	api := startLedgerAPI(n.t, anyAddr, "CAIRN_DATA_DIR="+n.dir)
+	// It reads its callers' keys from the night's NATS once cairn dev has registered them.
+	api := startLedgerAPI(n.t, anyAddr, "CAIRN_DATA_DIR="+n.dir, "CAIRN_NATS_URL="+n.url)
 	n.env = append(n.env, "CAIRN_LEDGER_URL="+api.url)
 	return api
 }
@@ -153,6 +156,11 @@ func TestHTTPLedgerChangedPayloadHandsOver(t *testing.T) {
 	req.Header.Set(httpidem.DefaultRunHeader, runID)
 	req.Header.Set(httpidem.DefaultTokenHeader, strconv.FormatInt(token, 10))
 	req.Header.Set(ledgerapi.EpochHeader, epoch)
+	sg, err := identity.SignerFrom(filepath.Join(n.dir, "keys"), job.PostLedger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpidem.Sign(req, body, sg, time.Now(), ledgerapi.EpochHeader)
 	if status, b, _ := api.do(req); status != http.StatusCreated {
 		t.Fatalf("the other write: %d %s", status, b)
 	}
@@ -214,7 +222,7 @@ func TestHTTPLedgerDownForAMinute(t *testing.T) {
 		t.Fatalf("after a minute without the ledger: run %s, post-ledger %s, restarts %d; want post-ledger waiting in its first attempt",
 			rec.Status, rec.Step(job.PostLedger).Status, rec.Restarts)
 	}
-	startLedgerAPI(t, addr, "CAIRN_DATA_DIR="+n.dir)
+	startLedgerAPI(t, addr, "CAIRN_DATA_DIR="+n.dir, "CAIRN_NATS_URL="+n.url)
 	rec = n.waitStatus(runLimit, kc.Done, kc.HandedOver)
 	if rec.Status != kc.Done {
 		t.Fatalf("status %s once the ledger was back, want done", rec.Status)

@@ -18,11 +18,15 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/internal/books"
 	"github.com/cairnhq/cairn/internal/devproc"
 	"github.com/cairnhq/cairn/internal/ledgerapi"
+	"github.com/cairnhq/cairn/internal/natstest"
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/httpidem"
+	"github.com/cairnhq/cairn/pkg/identity"
 )
 
 // ledgerAPI is one services/ledger-api process and its address.
@@ -31,6 +35,33 @@ type ledgerAPI struct {
 	url     string
 	metrics string // where it serves /metrics
 	proc    *devproc.Proc
+	signer  *identity.Signer // post-ledger's, which the tests' requests are signed with
+}
+
+// ledgerAPIKeys is a NATS server whose cairn-keys holds post-ledger's key, for a ledger-api
+// with no night: the CAIRN_NATS_URL setting that reaches it, and post-ledger's signer.
+func ledgerAPIKeys(t *testing.T) (string, *identity.Signer) {
+	t.Helper()
+	js := natstest.JetStream(t)
+	kv, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: assets.Default.Bucket(identity.Bucket)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, err := identity.NewSeed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sg, err := identity.NewSigner(ledgerapi.CallerPostLedger, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := identity.Register(t.Context(), kv, sg.Name(), sg.PublicKey()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := identity.SealOnce(t.Context(), kv, identity.Seal{}); err != nil {
+		t.Fatal(err)
+	}
+	return "CAIRN_NATS_URL=" + js.Conn().ConnectedUrl(), sg
 }
 
 // startLedgerAPI starts the ledger-api binary with env and waits for its "ready". It serves
@@ -55,6 +86,26 @@ func startLedgerAPI(t *testing.T, addr string, env ...string) *ledgerAPI {
 	return &ledgerAPI{t: t, url: "http://" + addr, metrics: metrics, proc: p}
 }
 
+// keysRead waits until the service is ready: its database open and its callers' keys read
+// (it answers 503 before).
+func (l *ledgerAPI) keysRead() {
+	l.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := http.Get("http://" + l.metrics + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			l.t.Fatalf("ledger-api not ready within a minute: %v", err)
+		}
+		<-time.After(50 * time.Millisecond) // the service reads the keys right after it serves
+	}
+}
+
 // post sends one entry under key with the run's token 1, and returns the status and body.
 func (l *ledgerAPI) post(key string, e books.Entry) (int, []byte, http.Header) {
 	l.t.Helper()
@@ -74,6 +125,7 @@ func (l *ledgerAPI) post(key string, e books.Entry) (int, []byte, http.Header) {
 	req.Header.Set(httpidem.KeyHeader, k)
 	req.Header.Set(httpidem.DefaultRunHeader, e.RunID)
 	req.Header.Set(httpidem.DefaultTokenHeader, "1")
+	httpidem.Sign(req, body, l.signer, time.Now(), ledgerapi.EpochHeader)
 	return l.do(req)
 }
 
@@ -83,6 +135,7 @@ func (l *ledgerAPI) get(key string) (int, []byte) {
 	if err != nil {
 		l.t.Fatal(err)
 	}
+	httpidem.Sign(req, nil, l.signer, time.Now(), ledgerapi.EpochHeader)
 	status, body, _ := l.do(req)
 	return status, body
 }
@@ -175,14 +228,19 @@ func TestLedgerAPIProcess(t *testing.T) {
 	takeNightSlot(t)
 	dir := t.TempDir()
 	dsn := "sqlite:" + filepath.Join(dir, "ledger.db")
-	l := startLedgerAPI(t, anyAddr, "CAIRN_DATA_DIR="+dir, "CAIRN_LEDGER_DSN="+dsn)
+	natsURL, sg := ledgerAPIKeys(t)
+	l := startLedgerAPI(t, anyAddr, "CAIRN_DATA_DIR="+dir, "CAIRN_LEDGER_DSN="+dsn, natsURL)
+	l.signer = sg
+	l.keysRead()
 	addr := strings.TrimPrefix(l.url, "http://")
 	entries := ledgerAPIEntries("run-e2e")
 	l.postAll(entries, http.StatusCreated)
 
 	// Killed, not stopped: the keys and answers are in the file, not in the process.
 	l.proc.Kill()
-	l = startLedgerAPI(t, addr, "CAIRN_DATA_DIR="+dir, "CAIRN_LEDGER_DSN="+dsn)
+	l = startLedgerAPI(t, addr, "CAIRN_DATA_DIR="+dir, "CAIRN_LEDGER_DSN="+dsn, natsURL)
+	l.signer = sg
+	l.keysRead()
 	for _, e := range entries {
 		status, body, h := l.post(e.Key, e)
 		if status != http.StatusCreated || h.Get(httpidem.ReplayedHeader) != "true" {
@@ -239,14 +297,15 @@ func TestLedgerAPIProcess(t *testing.T) {
 func TestLedgerAPIBadAddr(t *testing.T) {
 	t.Parallel()
 	takeNightSlot(t)
-	held := strings.TrimPrefix(startLedgerAPI(t, anyAddr, "CAIRN_DATA_DIR="+t.TempDir()).url, "http://")
+	natsURL, _ := ledgerAPIKeys(t)
+	held := strings.TrimPrefix(startLedgerAPI(t, anyAddr, "CAIRN_DATA_DIR="+t.TempDir(), natsURL).url, "http://")
 	for _, addr := range []string{"localhost", "127.0.0.1:port", held} {
 		t.Run(addr, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			bin, args := serviceCmd("ledger-api")
 			cmd := exec.CommandContext(ctx, bin, args...)
-			cmd.Env = append(os.Environ(), "CAIRN_LEDGER_API_ADDR="+addr, "CAIRN_DATA_DIR="+t.TempDir())
+			cmd.Env = append(os.Environ(), "CAIRN_LEDGER_API_ADDR="+addr, "CAIRN_DATA_DIR="+t.TempDir(), natsURL)
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
@@ -301,7 +360,10 @@ func TestLedgerAPIPostgresRole(t *testing.T) {
 	u.User = url.UserPassword("ledger_api", pw)
 	roleDSN := u.String()
 
-	l := startLedgerAPI(t, anyAddr, "CAIRN_DATA_DIR="+t.TempDir(), "CAIRN_LEDGER_DSN="+roleDSN)
+	natsURL, sg := ledgerAPIKeys(t)
+	l := startLedgerAPI(t, anyAddr, "CAIRN_DATA_DIR="+t.TempDir(), "CAIRN_LEDGER_DSN="+roleDSN, natsURL)
+	l.signer = sg
+	l.keysRead()
 	entries := ledgerAPIEntries("run-pg")
 	l.postAll(entries, http.StatusCreated)
 	checkLedger(t, owner, entries)

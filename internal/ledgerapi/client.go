@@ -16,6 +16,7 @@ import (
 	"github.com/cairnhq/cairn/internal/books"
 	"github.com/cairnhq/cairn/pkg/fence"
 	"github.com/cairnhq/cairn/pkg/httpidem"
+	"github.com/cairnhq/cairn/pkg/identity"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
 	"github.com/cairnhq/cairn/pkg/retry"
 	"github.com/cairnhq/cairn/pkg/saga"
@@ -35,6 +36,11 @@ type ClientConfig struct {
 	// heartbeat holds its lease meanwhile, so a ledger restarted for maintenance costs
 	// the run a pause, not an attempt the loop guard counts.
 	Outage time.Duration
+	// Signer signs every call as the calling service (post-ledger, the compensator): the
+	// ledger answers only requests signed by a key registered in cairn-keys. Now is the
+	// signatures' clock (default time.Now).
+	Signer *identity.Signer
+	Now    func() time.Time
 }
 
 // DefaultOutage is the default of ClientConfig.Outage.
@@ -68,14 +74,29 @@ func NewClient(c ClientConfig) (*Client, error) {
 	if c.Outage == 0 {
 		c.Outage = DefaultOutage
 	}
+	if c.Signer == nil {
+		return nil, errors.New("ledgerapi client: no signer: the ledger answers only signed requests")
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	base := strings.TrimRight(c.URL, "/")
-	wc, err := httpidem.NewClient(httpidem.ClientConfig{Transport: c.Transport, CallTimeout: c.CallTimeout, Limiter: c.Limiter})
+	wc, err := httpidem.NewClient(httpidem.ClientConfig{Transport: c.Transport, CallTimeout: c.CallTimeout, Limiter: c.Limiter,
+		Signer: c.Signer, Headers: []string{EpochHeader}, Now: c.Now})
 	if err != nil {
 		return nil, fmt.Errorf("ledgerapi client: %w", err)
 	}
 	return &Client{base: base, write: wc, lim: c.Limiter, cfg: c,
 		read: &http.Client{Transport: c.Transport, Timeout: c.CallTimeout,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}, nil
+}
+
+// As is the client calling as another service, signing with s: the same address,
+// transport and shared limit.
+func (c *Client) As(s *identity.Signer) (*Client, error) {
+	cfg := c.cfg
+	cfg.Signer = s
+	return NewClient(cfg)
 }
 
 // Ledger is the ledger (shadow: its shadow tables) as a books.Book.
@@ -101,12 +122,12 @@ func (b *Book) RaiseFence(ctx context.Context, t fence.Token) error {
 }
 
 func (b *Book) raise(ctx context.Context, t fence.Token) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.prefix+"/fences", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.prefix+"/fences", http.NoBody)
 	if err != nil {
 		return err
 	}
 	setFence(req.Header, t)
-	status, body, h, err := b.c.do(req)
+	status, body, h, err := b.c.do(req, []byte{})
 	if err != nil {
 		return retry.Temporary(fmt.Errorf("raising the ledger's fence of %s: %w", t.RunID, err))
 	}
@@ -211,7 +232,7 @@ func (b *Book) get(ctx context.Context, key string) (books.Entry, bool, error) {
 	if err != nil {
 		return books.Entry{}, false, err
 	}
-	status, body, h, err := b.c.do(req)
+	status, body, h, err := b.c.do(req, nil)
 	switch {
 	case err != nil:
 		return books.Entry{}, false, retry.Temporary(fmt.Errorf("%s: %w", what, err))
@@ -242,7 +263,7 @@ func (b *Book) list(ctx context.Context, runID string) ([]books.Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	status, body, h, err := b.c.do(req)
+	status, body, h, err := b.c.do(req, nil)
 	switch {
 	case err != nil:
 		return nil, retry.Temporary(fmt.Errorf("%s: %w", what, err))
@@ -287,13 +308,15 @@ func (c *Client) outlast(ctx context.Context, fn func() error) error {
 // maxAnswer bounds the answer read: a run's list of entries included.
 const maxAnswer = 256 << 20
 
-// do makes one call that is not a keyed write, through the limiter.
-func (c *Client) do(req *http.Request) (int, []byte, http.Header, error) {
+// do makes one call that is not a keyed write, through the limiter, signed (body, when
+// not nil, is the request's, whose digest the signature covers).
+func (c *Client) do(req *http.Request, sent []byte) (int, []byte, http.Header, error) {
 	if c.lim != nil {
 		if _, err := c.lim.Wait(req.Context()); err != nil {
 			return 0, nil, nil, fmt.Errorf("waiting for the ledger's rate limit: %w", err)
 		}
 	}
+	httpidem.Sign(req, sent, c.cfg.Signer, c.cfg.Now(), EpochHeader)
 	resp, err := c.read.Do(req)
 	if err != nil {
 		return 0, nil, nil, err

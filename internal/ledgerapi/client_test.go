@@ -18,6 +18,7 @@ import (
 // The client is the ledger over HTTP with the ledger database's answers: post-ledger and
 // the compensator cannot tell the two books apart, on SQLite and on PostgreSQL.
 func TestClient(t *testing.T) {
+	k := newKeys(t)
 	for _, db := range databases {
 		t.Run(db.name, func(t *testing.T) {
 			for _, tc := range []struct {
@@ -32,11 +33,11 @@ func TestClient(t *testing.T) {
 				{"reversal", testClientReversal},
 				{"lost answer", testClientLostAnswer},
 			} {
-				t.Run(tc.name, func(t *testing.T) { tc.fn(t, setupClient(t, db.dsn(t))) })
+				t.Run(tc.name, func(t *testing.T) { tc.fn(t, setupClient(t, k, db.dsn(t))) })
 			}
 		})
 	}
-	t.Run("server down", testClientServerDown)
+	t.Run("server down", func(t *testing.T) { testClientServerDown(t, k) })
 }
 
 type clientBundle struct {
@@ -45,7 +46,7 @@ type clientBundle struct {
 	drop   atomic.Int64 // POSTs whose answer is dropped after the write landed
 }
 
-func setupClient(t *testing.T, dsn string) *clientBundle {
+func setupClient(t *testing.T, k *keys, dsn string) *clientBundle {
 	t.Helper()
 	db, err := books.Open(t.Context(), dsn)
 	if err != nil {
@@ -55,7 +56,7 @@ func setupClient(t *testing.T, dsn string) *clientBundle {
 	if err := ledgerapi.CreateTables(t.Context(), db); err != nil {
 		t.Fatal(err)
 	}
-	h, err := ledgerapi.Handler(ledgerapi.Config{DB: db})
+	h, err := ledgerapi.Handler(ledgerapi.Config{DB: db, Ring: k.ring})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func setupClient(t *testing.T, dsn string) *clientBundle {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	if b.client, err = ledgerapi.NewClient(ledgerapi.ClientConfig{URL: srv.URL}); err != nil {
+	if b.client, err = ledgerapi.NewClient(ledgerapi.ClientConfig{URL: srv.URL, Signer: k.signers[ledgerapi.CallerPostLedger]}); err != nil {
 		t.Fatal(err)
 	}
 	return b
@@ -282,11 +283,11 @@ func testClientLostAnswer(t *testing.T, c *clientBundle) {
 }
 
 // A ledger that does not answer is temporary, for every call: the runner retries.
-func testClientServerDown(t *testing.T) {
+func testClientServerDown(t *testing.T, k *keys) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	url := srv.URL
 	srv.Close()
-	c, err := ledgerapi.NewClient(ledgerapi.ClientConfig{URL: url, Outage: -1})
+	c, err := ledgerapi.NewClient(ledgerapi.ClientConfig{URL: url, Outage: -1, Signer: k.signers[ledgerapi.CallerPostLedger]})
 	if err != nil {
 		t.Fatal(err)
 	}

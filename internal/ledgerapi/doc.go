@@ -13,6 +13,18 @@
 // repeat after the key's window ended), and the middleware replays the first answer to a
 // repeat within it.
 //
+// # Callers
+//
+// Every request is signed by the calling service with its own key (httpidem.Sign, the
+// seed it signs its records with) and checked against the keys registered in cairn-keys
+// (httpidem.Authenticate over Config.Ring): not signed, out of the skew window, or signed
+// by no registered key is 401. Each route is its callers' (Roles, default DefaultRoles):
+// post-ledger posts any entry, the compensator only reversals, both raise fences and read
+// entries; any other service is 403. A caller is checked, and a compensator's entry is
+// checked to be a reversal, before the fence is raised or the key looked at: a 401 or 403
+// changes nothing. An entry of another run than its fencing headers is 422 at the same
+// point.
+//
 // # Fencing
 //
 // Every POST carries the run's fencing token (Cairn-Run, Cairn-Fence-Token and, optionally,
@@ -22,7 +34,15 @@
 // tokens, with nothing claimed, replayed or written. books.Ledger.Post checks the fence
 // again in the write's transaction; a newer token that arrived between the two checks
 // answers 503, which releases the key, and the retry meets the 409. So a stale writer's
-// refusal is never stored under a key that the run's new holder will send.
+// refusal is never stored under a key that the run's new holder will send. The
+// middleware keeps no fence of its own (httpidem.WithoutFence): the ledger's holds the
+// epoch, which `cairn fences adopt` moves, and one fence guards the SQL path and this one.
+//
+// # A crash between the write and its answer
+//
+// A key whose server died after the ledger's write and before the middleware stored the
+// answer is in flight; a retry of the same request is answered from the row under the key
+// (httpidem.WithRecovery): 201 with the row, stored as the key's answer.
 //
 // # Errors
 //

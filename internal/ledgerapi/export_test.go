@@ -1,11 +1,9 @@
 package ledgerapi
 
-import (
-	"context"
-	"net/http"
-)
+import "net/http"
 
-// HandlerWithHook is Handler with beforeWrite run in each POST just before the ledger's write.
-func HandlerWithHook(c Config, beforeWrite func(context.Context)) (http.Handler, error) {
-	return handler(c, beforeWrite)
-}
+// Hooks run in each POST around the ledger's write.
+type Hooks = hooks
+
+// HandlerWithHooks is Handler with hooks.
+func HandlerWithHooks(c Config, h Hooks) (http.Handler, error) { return handler(c, h) }

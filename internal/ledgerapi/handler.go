@@ -1,21 +1,26 @@
 package ledgerapi
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/cairnhq/cairn/internal/books"
 	"github.com/cairnhq/cairn/pkg/fence"
 	"github.com/cairnhq/cairn/pkg/httpidem"
+	"github.com/cairnhq/cairn/pkg/identity"
 )
 
 // Config is what a [Handler] serves.
@@ -23,24 +28,62 @@ type Config struct {
 	DB     *books.DB     // the ledger's database; the middleware's tables are in it too
 	Expiry time.Duration // how long a key holds its answer (default httpidem.DefaultExpiry)
 	Logger *slog.Logger
-	Now    func() time.Time // created_at of an entry that has none (default time.Now)
+	Now    func() time.Time // created_at of an entry that has none, and the clock of signatures (default time.Now)
+	// Ring holds the keys the callers sign with (cairn-keys): every request is signed by
+	// its service (package doc, "Callers").
+	Ring *identity.Ring
+	// Skew is how far a request's signing time may be from Now (default
+	// httpidem.DefaultSkew); MaxBody the largest body read (default httpidem.DefaultMaxBody).
+	Skew    time.Duration
+	MaxBody int64
+	// Roles says which service may do what (default DefaultRoles).
+	Roles *Roles
+}
+
+// Roles names the services allowed each kind of request.
+type Roles struct {
+	Post    []string // may post any entry, and raise a run's fence (POST /v1/fences)
+	Reverse []string // may post reversals only, and raise a run's fence
+	Read    []string // may read entries (GET /v1/entries/{key}, GET /v1/entries?run_id=RUN)
+}
+
+// The services that call the ledger in the reference night.
+const (
+	CallerPostLedger  = "post-ledger"
+	CallerCompensator = "compensator"
+)
+
+// DefaultRoles: post-ledger posts (and reads back what it wrote, lists a rerun's rows and
+// counts its progress), the compensator reverses (and reads the row it reverses), nobody
+// else calls.
+func DefaultRoles() *Roles {
+	return &Roles{Post: []string{CallerPostLedger}, Reverse: []string{CallerCompensator},
+		Read: []string{CallerPostLedger, CallerCompensator}}
 }
 
 func (c Config) validate() error {
-	if c.DB == nil {
+	switch {
+	case c.DB == nil:
 		return errors.New("ledgerapi: no database")
-	}
-	if c.Expiry < 0 {
+	case c.Ring == nil:
+		return errors.New("ledgerapi: no ring of keys to check the callers with")
+	case c.Expiry < 0:
 		return fmt.Errorf("ledgerapi: a negative expiry %s", c.Expiry)
 	}
 	return nil
 }
 
-// Handler serves the ledger's API; see the package doc.
-func Handler(c Config) (http.Handler, error) { return handler(c, nil) }
+// hooks run in each POST at the named points (tests: a fence raised during the write, a
+// crash between the write and storing its answer).
+type hooks struct {
+	BeforeWrite func(context.Context)
+	AfterWrite  func(context.Context)
+}
 
-// handler is Handler with a hook that runs in each POST just before the write (tests).
-func handler(c Config, beforeWrite func(context.Context)) (http.Handler, error) {
+// Handler serves the ledger's API; see the package doc.
+func Handler(c Config) (http.Handler, error) { return handler(c, hooks{}) }
+
+func handler(c Config, hk hooks) (http.Handler, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
@@ -50,11 +93,24 @@ func handler(c Config, beforeWrite func(context.Context)) (http.Handler, error) 
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.Roles == nil {
+		c.Roles = DefaultRoles()
+	}
+	c.MaxBody = cmp.Or(c.MaxBody, httpidem.DefaultMaxBody)
+	auth, err := httpidem.Authenticate(httpidem.AuthConfig{Ring: c.Ring, Now: c.Now, Skew: c.Skew, MaxBody: c.MaxBody,
+		Headers: []string{EpochHeader}, Logger: c.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("ledgerapi: %w", err)
+	}
+	writers := slices.Concat(c.Roles.Post, c.Roles.Reverse)
+	guard := func(callers []string, h http.Handler) http.Handler { return auth(httpidem.Allow(callers...)(h)) }
 	mux := http.NewServeMux()
 	for _, shadow := range []bool{false, true} {
-		s := &server{ledger: c.DB.Ledger(shadow), fences: "fences", db: c.DB, log: c.Logger, now: c.Now, beforeWrite: beforeWrite}
+		s := &server{ledger: c.DB.Ledger(shadow), fences: "fences", db: c.DB, log: c.Logger, now: c.Now, roles: c.Roles, hooks: hk}
+		// The ledger's own fence (with its epoch) holds the run: the middleware keeps none.
 		opts := []httpidem.Option{httpidem.WithExpiry(c.Expiry), httpidem.WithKeyRequired(),
-			httpidem.WithLogger(c.Logger), httpidem.WithClock(c.Now)}
+			httpidem.WithLogger(c.Logger), httpidem.WithClock(c.Now), httpidem.WithMaxBody(c.MaxBody),
+			httpidem.WithoutFence(), httpidem.WithRecovery(s.recover)}
 		prefix := LivePrefix
 		if shadow {
 			// The shadow's keys are a space of their own: a shadow run may write the
@@ -63,10 +119,10 @@ func handler(c Config, beforeWrite func(context.Context)) (http.Handler, error) 
 			opts = append(opts, httpidem.WithScope(func(*http.Request) string { return "shadow" }))
 		}
 		mw := httpidem.New(Store(c.DB), opts...)
-		mux.Handle("POST "+prefix+"/entries", s.fenced(mw.Wrap(http.HandlerFunc(s.post))))
-		mux.HandleFunc("GET "+prefix+"/entries/{key...}", s.get)
-		mux.HandleFunc("GET "+prefix+"/entries", s.list)
-		mux.HandleFunc("POST "+prefix+"/fences", s.raise)
+		mux.Handle("POST "+prefix+"/entries", guard(writers, s.authorized(s.fenced(mw.Wrap(http.HandlerFunc(s.post))))))
+		mux.Handle("GET "+prefix+"/entries/{key...}", guard(c.Roles.Read, http.HandlerFunc(s.get)))
+		mux.Handle("GET "+prefix+"/entries", guard(c.Roles.Read, http.HandlerFunc(s.list)))
+		mux.Handle("POST "+prefix+"/fences", guard(writers, http.HandlerFunc(s.raise)))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpidem.Problem{Type: TypeNotFound, Title: "Not found", Status: http.StatusNotFound,
@@ -88,7 +144,8 @@ type server struct {
 	log    *slog.Logger
 	now    func() time.Time
 
-	beforeWrite func(context.Context)
+	roles *Roles
+	hooks hooks
 }
 
 // entry is a ledger_entries row as JSON, its members the table's columns.
@@ -144,6 +201,64 @@ func (s *server) fenced(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// authorized lets a caller of the Reverse role post only reversals (403 otherwise), and
+// refuses an entry of another run than its fencing headers with 422; both before the
+// fence is raised or the key looked at, so that nothing changes.
+func (s *server) authorized(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body) // read in full and checked by Authenticate
+		if err != nil {
+			badEntry(w, "", "the body could not be read: "+err.Error())
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var in entry
+		parsed := json.Unmarshal(body, &in) == nil
+		caller := httpidem.CallerOf(r.Context())
+		if !slices.Contains(s.roles.Post, caller) && (!parsed || in.Reverses == nil) {
+			key, _ := httpidem.ParseKey(r.Header.Get(httpidem.KeyHeader))
+			httpidem.Forbid(w, caller, fmt.Sprintf("service %s may post only reversals (an entry whose reverses names the row), and %q is none", caller, key))
+			return
+		}
+		run, _, sent, err := httpidem.ParseFence(r.Header.Get(httpidem.DefaultRunHeader), r.Header.Get(httpidem.DefaultTokenHeader))
+		if parsed && err == nil && sent && in.RunID != run {
+			key, _ := httpidem.ParseKey(r.Header.Get(httpidem.KeyHeader))
+			refused(w, key, fmt.Sprintf("an entry of run %q under the fencing token of run %q", in.RunID, run), books.ErrInvalid)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// recover is the middleware's recovery of a key in flight (httpidem.WithRecovery): the
+// ledger's row under the key, when it holds the request's entry, is the answer the write
+// would have stored; a server that died between the write and storing its answer leaves
+// no key in flight for its window.
+func (s *server) recover(r *http.Request) (httpidem.Answer, bool, error) {
+	key, err := httpidem.ParseKey(r.Header.Get(httpidem.KeyHeader))
+	if err != nil {
+		return httpidem.Answer{}, false, nil
+	}
+	var in entry
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+		return httpidem.Answer{}, false, nil
+	}
+	row, found, err := s.ledger.Get(r.Context(), key)
+	if err != nil || !found {
+		return httpidem.Answer{}, false, err
+	}
+	in.Key = key
+	posted := in.books()
+	if posted.CreatedAt == "" {
+		posted.CreatedAt = row.CreatedAt // the server stamped it
+	}
+	if posted != row {
+		return httpidem.Answer{}, false, nil // another payload: the handler's answer, not the row's
+	}
+	h := http.Header{"Content-Type": {"application/json"}, "Location": {path.Dir(r.URL.Path) + "/entries/" + url.PathEscape(key)}}
+	return httpidem.Answer{Status: http.StatusCreated, Header: h, Body: jsonBody(fromBooks(row))}, true, nil
 }
 
 // token is the request's fencing token as the ledger's fence.Token; it answers the
@@ -247,8 +362,8 @@ func (s *server) post(w http.ResponseWriter, r *http.Request) {
 	if in.CreatedAt == "" {
 		in.CreatedAt = s.now().UTC().Format(time.RFC3339)
 	}
-	if s.beforeWrite != nil {
-		s.beforeWrite(ctx)
+	if s.hooks.BeforeWrite != nil {
+		s.hooks.BeforeWrite(ctx)
 	}
 	inserted, err := s.ledger.Post(ctx, t, in.books())
 	if err != nil {
@@ -264,6 +379,9 @@ func (s *server) post(w http.ResponseWriter, r *http.Request) {
 		}
 		s.unavailable(ctx, w, "the entry could not be written", err, t.RunID)
 		return
+	}
+	if s.hooks.AfterWrite != nil {
+		s.hooks.AfterWrite(ctx)
 	}
 	stored, found, err := s.ledger.Get(ctx, key)
 	if err != nil || !found {
@@ -343,15 +461,19 @@ func (s *server) get(w http.ResponseWriter, r *http.Request) {
 func writeEntry(w http.ResponseWriter, status int, e books.Entry) { writeJSON(w, status, fromBooks(e)) }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		b = []byte(`{}`) // entries and fences of strings and integers always encode
-	}
-	b = append(b, '\n')
+	b := jsonBody(v)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	w.Write(b)
+}
+
+func jsonBody(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b = []byte(`{}`) // entries and fences of strings and integers always encode
+	}
+	return append(b, '\n')
 }
 
 func badEntry(w http.ResponseWriter, key, detail string) {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cairnhq/cairn/internal/books"
 	"github.com/cairnhq/cairn/internal/ledgerapi"
@@ -33,6 +34,7 @@ var databases = []struct {
 // The contract of the ledger API, on a SQLite file and on PostgreSQL, over real HTTP on
 // loopback.
 func TestLedgerAPI(t *testing.T) {
+	k := newKeys(t)
 	for _, db := range databases {
 		t.Run(db.name, func(t *testing.T) {
 			for _, tc := range []struct {
@@ -48,21 +50,31 @@ func TestLedgerAPI(t *testing.T) {
 				{"get", testGet},
 				{"reversal", testReversal},
 				{"malformed", testMalformed},
+				{"callers", testCallers},
+				{"roles", testRoles},
+				{"digest", testDigest},
+				{"another run's headers", testOtherRunHeaders},
+				{"epoch adopted", testAdoptedEpoch},
+				{"crash after the write", testCrashAfterWrite},
 			} {
-				t.Run(tc.name, func(t *testing.T) { tc.fn(t, setup(t, db.dsn(t))) })
+				t.Run(tc.name, func(t *testing.T) { tc.fn(t, setup(t, k, db.dsn(t))) })
 			}
 		})
 	}
 }
 
 type bundle struct {
-	url string
-	db  *books.DB
+	url  string
+	db   *books.DB
+	keys *keys
+	as   string // the service the requests are signed as ("": unsigned)
 }
 
-func setup(t *testing.T, dsn string) *bundle { return setupHook(t, dsn, nil) }
+func setup(t *testing.T, k *keys, dsn string) *bundle {
+	return setupHooks(t, k, dsn, ledgerapi.Hooks{})
+}
 
-func setupHook(t *testing.T, dsn string, beforeWrite func(db *books.DB)) *bundle {
+func setupHooks(t *testing.T, k *keys, dsn string, hooks ledgerapi.Hooks) *bundle {
 	t.Helper()
 	db, err := books.Open(t.Context(), dsn)
 	if err != nil {
@@ -72,17 +84,27 @@ func setupHook(t *testing.T, dsn string, beforeWrite func(db *books.DB)) *bundle
 	if err := ledgerapi.CreateTables(t.Context(), db); err != nil {
 		t.Fatal(err)
 	}
-	var hook func(context.Context)
-	if beforeWrite != nil {
-		hook = func(context.Context) { beforeWrite(db) }
-	}
-	h, err := ledgerapi.HandlerWithHook(ledgerapi.Config{DB: db}, hook)
+	h, err := ledgerapi.HandlerWithHooks(ledgerapi.Config{DB: db, Ring: k.ring}, hooks)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &bundle{url: srv.URL, db: db}
+	return &bundle{url: srv.URL, db: db, keys: k, as: ledgerapi.CallerPostLedger}
+}
+
+// sign signs req as b.as, its body being body (nil: none).
+func (b *bundle) sign(req *http.Request, body []byte) {
+	if b.as != "" {
+		httpidem.Sign(req, body, b.keys.signers[b.as], time.Now(), ledgerapi.EpochHeader)
+	}
+}
+
+// asCaller is b sending as service name.
+func (b *bundle) asCaller(name string) *bundle {
+	c := *b
+	c.as = name
+	return &c
 }
 
 const run = "run-1"
@@ -123,6 +145,7 @@ func (b *bundle) post(t *testing.T, key, body string, token int64) answer {
 		req.Header.Set(httpidem.DefaultRunHeader, run)
 		req.Header.Set(httpidem.DefaultTokenHeader, strconv.FormatInt(token, 10))
 	}
+	b.sign(req, []byte(body))
 	return do(t, req)
 }
 
@@ -132,6 +155,7 @@ func (b *bundle) get(t *testing.T, key string) answer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.sign(req, nil)
 	return do(t, req)
 }
 
@@ -313,15 +337,19 @@ func testMalformed(t *testing.T, b *bundle) {
 // releases the key, so the newer holder's request under the same key is written, and the
 // stale one's retry is a 409. Answered 409 there, the refusal would be stored under the
 // key and replayed to the newer holder.
-func testFenceDuringWrite(t *testing.T, _ *bundle) {
-	var once sync.Once
-	b := setupHook(t, "sqlite:"+filepath.Join(t.TempDir(), "race.db"), func(db *books.DB) {
+func testFenceDuringWrite(t *testing.T, b0 *bundle) {
+	var (
+		once sync.Once
+		db   *books.DB
+	)
+	b := setupHooks(t, b0.keys, "sqlite:"+filepath.Join(t.TempDir(), "race.db"), ledgerapi.Hooks{BeforeWrite: func(context.Context) {
 		once.Do(func() {
 			if err := db.Ledger(false).RaiseFence(context.Background(), fence.Token{RunID: run, Epoch: ledgerapi.DefaultEpoch, Value: 4}); err != nil {
 				t.Error(err)
 			}
 		})
-	})
+	}})
+	db = b.db
 	a := b.post(t, "k1", entryJSON("INV-1", 1, 1000, ""), 3).want(t, http.StatusServiceUnavailable)
 	if a.problem.Type != httpidem.TypeFenced || a.problem.Extensions["highest"] != float64(4) || a.header.Get("Retry-After") == "" {
 		t.Fatalf("problem %+v, want a fenced 503 with Retry-After naming the token 4", a.problem)

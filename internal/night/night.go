@@ -121,9 +121,10 @@ const AttrSupplier = "supplier"
 type Env struct {
 	InboxDir string
 	Ledger   *books.DB
-	// LedgerAPI, when set (CAIRN_LEDGER_URL), is the ledger post-ledger writes through:
-	// services/ledger-api over HTTP, and Ledger is not used.
-	LedgerAPI *ledgerapi.Client
+	// LedgerAPI, when set (CAIRN_LEDGER_URL), is the ledger post-ledger and the compensator
+	// write through: services/ledger-api over HTTP, one client per service, each signing its
+	// requests as that service; Ledger is not used.
+	LedgerAPI map[string]*ledgerapi.Client
 	ERP       *books.DB // the stock store, and what the night reads
 	Memo      jetstream.KeyValue
 	Marks     jetstream.KeyValue // cairn-outbox-sent: which messages of earlier generations went
@@ -135,11 +136,15 @@ type Env struct {
 	MaxDocumentBytes int64
 }
 
-// LedgerBook is the book post-ledger and the compensator write (shadow: the shadow
-// tables): over HTTP when LedgerAPI is set, else the ledger database.
-func (e *Env) LedgerBook(shadow bool) books.Book {
+// LedgerBook is the book service (post-ledger, the compensator) writes (shadow: the
+// shadow tables): over HTTP as that service when LedgerAPI is set, else the ledger
+// database.
+func (e *Env) LedgerBook(service string, shadow bool) books.Book {
 	if e.LedgerAPI != nil {
-		return e.LedgerAPI.Ledger(shadow)
+		if c, ok := e.LedgerAPI[service]; ok {
+			return c.Ledger(shadow)
+		}
+		return unsignedBook{service}
 	}
 	return e.Ledger.Ledger(shadow)
 }

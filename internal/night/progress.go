@@ -71,7 +71,7 @@ func (s postLedgerStep) Progress(ctx context.Context, a *runner.Attempt) (runner
 	if err != nil {
 		return runner.Progress{}, err
 	}
-	rows, err := s.e.LedgerBook(a.Params.Shadow).ListRun(ctx, a.RunID)
+	rows, err := s.e.LedgerBook(PostLedger, a.Params.Shadow).ListRun(ctx, a.RunID)
 	if err != nil {
 		return runner.Progress{}, err
 	}

@@ -94,7 +94,7 @@ func (s postLedgerStep) CheckSource(ctx context.Context, a *runner.Attempt, fp s
 }
 
 func (s postLedgerStep) RaiseFences(ctx context.Context, a *runner.Attempt, t fence.Token) error {
-	return s.e.LedgerBook(a.Params.Shadow).RaiseFence(ctx, t)
+	return s.e.LedgerBook(PostLedger, a.Params.Shadow).RaiseFence(ctx, t)
 }
 
 func (s postLedgerStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Result, error) {
@@ -102,7 +102,7 @@ func (s postLedgerStep) Run(ctx context.Context, a *runner.Attempt) (*runner.Res
 	if err != nil {
 		return nil, err
 	}
-	l := s.e.LedgerBook(a.Params.Shadow)
+	l := s.e.LedgerBook(PostLedger, a.Params.Shadow)
 	if err := a.Keyed(ctx, ledgerEffects(writes), func(ctx context.Context, i int) (*saga.Receipt, error) {
 		if rp, ok := l.(receiptPoster); ok {
 			_, rc, err := rp.PostReceipt(ctx, a.Token, writes[i])
@@ -130,7 +130,7 @@ func (s postLedgerStep) plan(ctx context.Context, a *runner.Attempt) (rowPlan[bo
 			Kind: x.Kind, SupplierID: x.SupplierID, AmountPaise: x.AmountPaise, CreatedAt: stamp(a)}
 		keys[i] = es[i].Key
 	}
-	l := s.e.LedgerBook(a.Params.Shadow)
+	l := s.e.LedgerBook(PostLedger, a.Params.Shadow)
 	var existing []books.Entry
 	if a.Generation > 0 {
 		if existing, err = l.ListRun(ctx, a.RunID); err != nil {
@@ -150,7 +150,7 @@ func (s postLedgerStep) Verify(ctx context.Context, a *runner.Attempt, r *runner
 	if err := unmarshal(ctx, a, r.Output, &out); err != nil {
 		return err
 	}
-	l := s.e.LedgerBook(a.Params.Shadow)
+	l := s.e.LedgerBook(PostLedger, a.Params.Shadow)
 	for _, want := range append(out.Entries, out.Reversals...) {
 		got, ok, err := l.Get(ctx, want.Key)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -41,16 +42,24 @@ func (c Credentials) Format(f fmt.State, verb rune) { format(f, verb, c.shown())
 func (c Credentials) LogValue() slog.Value          { return slog.StringValue(c.shown()) }
 func (c Credentials) MarshalText() ([]byte, error)  { return []byte(c.shown()), nil }
 
-// password is the first password c holds, "" without one.
-func (c Credentials) password() string {
+// passwords are the passwords c holds (in user:pass@ or a secret query parameter).
+func (c Credentials) passwords() []string {
+	var out []string
 	for p := range strings.SplitSeq(string(c), ",") {
-		if u, err := url.Parse(strings.TrimSpace(p)); err == nil {
-			if pw, ok := u.User.Password(); ok && pw != "" {
-				return pw
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil {
+			continue
+		}
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			out = append(out, pw)
+		}
+		for name, vs := range u.Query() {
+			if isSecretParam(name) {
+				out = append(out, vs...)
 			}
 		}
 	}
-	return ""
+	return out
 }
 
 // format prints shown under the verb and flags f was given (%s, %q, %v, %-20s, ...); any
@@ -76,9 +85,39 @@ func redactURLs(s string) string {
 			parts[i] = "(a URL that does not parse, not shown)"
 			continue
 		}
+		redactQuery(u)
 		parts[i] = u.Redacted()
 	}
 	return strings.Join(parts, ",")
+}
+
+// secretParams are the query parameters of a DSN that carry a secret (PostgreSQL's
+// password=, sslpassword=, and the like).
+var secretParams = []string{"password", "pass", "passwd", "pwd", "sslpassword", "secret", "token", "key", "sslkey"}
+
+// isSecretParam says whether a query parameter carries a secret.
+func isSecretParam(name string) bool {
+	return slices.Contains(secretParams, strings.ToLower(name))
+}
+
+// redactQuery replaces the value of every secret query parameter of u with xxxxx.
+func redactQuery(u *url.URL) {
+	if u.RawQuery == "" {
+		return
+	}
+	q := u.Query()
+	changed := false
+	for name := range q {
+		if isSecretParam(name) {
+			for i := range q[name] {
+				q[name][i] = "xxxxx"
+			}
+			changed = true
+		}
+	}
+	if changed {
+		u.RawQuery = q.Encode()
+	}
 }
 
 // scrubbed is err with every appearance of the secrets in its text (as given and

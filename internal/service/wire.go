@@ -50,12 +50,12 @@ func Connect(c Config, name string) (*nats.Conn, jetstream.JetStream, error) {
 	}
 	nc, err := nats.Connect(string(c.NATSURL), opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connecting to CAIRN_NATS_URL %s: %w", c.NATSURL, scrubbed(err, c.NATSURL.password()))
+		return nil, nil, fmt.Errorf("connecting to CAIRN_NATS_URL %s: %w", c.NATSURL, scrubbed(err, c.NATSURL.passwords()...))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("JetStream on %s: %w", c.NATSURL, scrubbed(err, c.NATSURL.password()))
+		return nil, nil, fmt.Errorf("JetStream on %s: %w", c.NATSURL, scrubbed(err, c.NATSURL.passwords()...))
 	}
 	return nc, js, nil
 }
@@ -182,10 +182,10 @@ func (d *Deps) NightEnv(ctx context.Context, names ...string) (*night.Env, func(
 	}
 	var ledger, erp *books.DB
 	var err error
-	var api *ledgerapi.Client
+	var api map[string]*ledgerapi.Client
 	switch {
 	case uses(ledgerUsers) && d.Config.LedgerURL != "":
-		if api, err = d.ledgerClient(ctx); err != nil {
+		if api, err = d.ledgerClients(ctx, names...); err != nil {
 			return nil, nil, err
 		}
 	case uses(ledgerUsers):
@@ -203,7 +203,7 @@ func (d *Deps) NightEnv(ctx context.Context, names ...string) (*night.Env, func(
 		if err := recon.CreateERPTables(ctx, erp); err != nil {
 			ledger.Close()
 			erp.Close()
-			return nil, nil, fmt.Errorf("CAIRN_ERP_DSN: %w", scrubbed(err, d.Config.ERPDSN.password()))
+			return nil, nil, fmt.Errorf("CAIRN_ERP_DSN: %w", scrubbed(err, d.Config.ERPDSN.passwords()...))
 		}
 	}
 	var extractor recon.Extractor = recon.RuleExtractor{}
@@ -225,19 +225,32 @@ func (d *Deps) NightEnv(ctx context.Context, names ...string) (*night.Env, func(
 	return env, func() { ledger.Close(); erp.Close() }, nil
 }
 
-// ledgerClient is the ledger over HTTP (CAIRN_LEDGER_URL), under its shared limit.
-func (d *Deps) ledgerClient(ctx context.Context) (*ledgerapi.Client, error) {
+// ledgerClients is the ledger over HTTP (CAIRN_LEDGER_URL), under its shared limit: a
+// client for each of the named services that writes the ledger (all of them without
+// names), signing as that service with its own key.
+func (d *Deps) ledgerClients(ctx context.Context, names ...string) (map[string]*ledgerapi.Client, error) {
 	c := d.Config
 	lim, err := ratelimit.New(ctx, ratelimit.Config{JS: d.JS, Limit: c.LedgerLimit()})
 	if err != nil {
 		return nil, fmt.Errorf("CAIRN_LEDGER_RPS: %w", err)
 	}
 	limitMetrics(d.Metrics, lim, LedgerLimitKey, "CAIRN_LEDGER_RPS")
-	api, err := ledgerapi.NewClient(ledgerapi.ClientConfig{URL: c.LedgerURL, CallTimeout: c.LedgerTimeout, Limiter: lim, Outage: c.LedgerOutage})
-	if err != nil {
-		return nil, settingError{fmt.Errorf("CAIRN_LEDGER_URL: %w", err)}
+	out := map[string]*ledgerapi.Client{}
+	for _, name := range ledgerUsers {
+		if len(names) > 0 && !slices.Contains(names, name) {
+			continue
+		}
+		sg := d.signers[name]
+		if sg == nil {
+			return nil, fmt.Errorf("CAIRN_LEDGER_URL: no signing key of service %s to sign its requests with", name)
+		}
+		api, err := ledgerapi.NewClient(ledgerapi.ClientConfig{URL: c.LedgerURL, CallTimeout: c.LedgerTimeout, Limiter: lim, Outage: c.LedgerOutage, Signer: sg, Now: d.Now})
+		if err != nil {
+			return nil, settingError{fmt.Errorf("CAIRN_LEDGER_URL: %w", err)}
+		}
+		out[name] = api
 	}
-	return api, nil
+	return out, nil
 }
 
 // openBooks opens the database dsn names, its errors naming the variable and never its
@@ -247,7 +260,7 @@ func openBooks(ctx context.Context, variable string, dsn Credentials) (*books.DB
 	if err == nil {
 		return db, nil
 	}
-	err = fmt.Errorf("%s: %w", variable, scrubbed(err, dsn.password()))
+	err = fmt.Errorf("%s: %w", variable, scrubbed(err, dsn.passwords()...))
 	if errors.Is(err, books.ErrRefused) || errors.Is(err, books.ErrUnsupportedDSN) {
 		return nil, settingError{err}
 	}
@@ -271,7 +284,8 @@ func (d *Deps) appConfig(env *night.Env) (app.Config, error) {
 		CodeVersion: CodeVersion(), OutboxStall: c.OutboxStall, ApprovalSteps: c.ApprovalSteps, ApprovalTimeout: c.ApprovalTimeout,
 		Notices: c.notices(), Outbox: out,
 		SystemsOf: func(h app.Handles) (map[string]undo.System, error) {
-			return nightundo.Night{JS: h.JS, Ledger: env.LedgerBook, ERP: env.ERP, Marks: h.Marks, Store: h.Store, Now: h.Now}.Systems()
+			ledger := func(shadow bool) books.Book { return env.LedgerBook("compensator", shadow) }
+			return nightundo.Night{JS: h.JS, Ledger: ledger, ERP: env.ERP, Marks: h.Marks, Store: h.Store, Now: h.Now}.Systems()
 		},
 		// Unready at once: the step in hand still has its grace before its loop returns.
 		Ended:  func(service string, err error) { d.fail(fmt.Errorf("service %s stopped: %w", service, err)) },

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/pkg/idempotency"
+	"github.com/cairnhq/cairn/pkg/identity"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
 )
 
@@ -74,6 +74,11 @@ type ClientConfig struct {
 	// is done; an error is returned with the receipt. Nil: not called.
 	OnIntent  func(ctx context.Context, r Request, fingerprint string) error
 	OnReceipt func(ctx context.Context, r Request, rc Receipt) error
+	// Signer, when set, signs every call as its service (see [Sign]), covering the
+	// SignedHeaders and Headers; Now is the clock of the signatures (default time.Now).
+	Signer  *identity.Signer
+	Headers []string
+	Now     func() time.Time
 }
 
 func (c ClientConfig) withDefaults() ClientConfig {
@@ -85,6 +90,9 @@ func (c ClientConfig) withDefaults() ClientConfig {
 	c.RetryAfterTries = cmpOr(c.RetryAfterTries, DefaultRetryAfterTries)
 	if c.After == nil {
 		c.After = time.After
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	c.ReferenceHeader = cmpOr(c.ReferenceHeader, DefaultReferenceHeader)
 	c.ReferenceField = cmpOr(c.ReferenceField, DefaultReferenceField)
@@ -276,9 +284,16 @@ func (c *Client) call(ctx context.Context, method, url string, r Request, withBo
 		req.Header.Set(c.cfg.RunHeader, r.Run)
 		req.Header.Set(c.cfg.TokenHeader, strconv.FormatUint(r.Token, 10))
 	}
+	var signed []byte // nil: no body, no digest
 	if withBody {
-		sum := sha256.Sum256(r.Body)
-		req.Header.Set(DigestHeader, "sha-256=:"+base64.StdEncoding.EncodeToString(sum[:])+":")
+		signed = r.Body
+		if signed == nil {
+			signed = []byte{}
+		}
+		req.Header.Set(DigestHeader, ContentDigest(signed))
+	}
+	if c.cfg.Signer != nil {
+		Sign(req, signed, c.cfg.Signer, c.cfg.Now(), c.cfg.Headers...)
 	}
 	var sent atomic.Bool // set by the transport's goroutine
 	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{

@@ -86,6 +86,9 @@ var contract = []struct {
 	{"PassThrough", testPassThrough},
 	{"Scope", testScope},
 	{"StoreClaimLost", testClaimLost},
+	{"DigestMismatch400", testDigestMismatch},
+	{"OtherRun422", testOtherRun},
+	{"InFlightRecovered", testRecovered},
 }
 
 // bundle is a server under test and what its handler saw.

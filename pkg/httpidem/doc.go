@@ -49,6 +49,24 @@
 // before the handler runs and before any key is claimed or replayed. A request without
 // the headers is not fenced. Tokens are compared within a run only, with no epoch.
 //
+// # Who calls
+//
+// [Authenticate] is a middleware that lets through only requests signed by a service
+// whose ed25519 key is registered in cairn-keys (an identity.Ring). The client signs with
+// its service's own seed ([Sign], or [ClientConfig.Signer]): Cairn-Caller names the
+// service, Cairn-Signed-At the time (RFC 3339), and Cairn-Signature is the signature, in
+// the domain identity.DomainHTTP, of the method, the request URI (path and query), the
+// time, the caller and the headers [SignedHeaders] names (Idempotency-Key,
+// Content-Digest, the fencing headers) plus any the server and the client agree on. A
+// request signed more than the skew (5 min by default) away from the server's clock, by a
+// key not registered under its name, or whose signed parts changed, is 401; a write must
+// carry Content-Digest, which is checked against its body (400). [CallerOf] is then the
+// caller, and [Allow] answers 403 to a caller a route does not name.
+//
+// The idempotency middleware checks a Content-Digest whenever one is sent (400 on a
+// mismatch, nothing claimed), and the run header is part of every fingerprint: the same
+// key and body under another run's headers is 422, never the first run's answer.
+//
 // # Errors
 //
 // Every refusal is an RFC 9457 problem details body (application/problem+json, see
@@ -63,7 +81,9 @@
 // so that a service may keep them next to the data its handlers write. Claims are
 // atomic: INSERT ... ON CONFLICT DO NOTHING, then a read, in one transaction after the
 // fence upsert. The answer is stored after the handler returns, not in the handler's own
-// transaction: a crash between the two leaves the key in flight until it expires.
+// transaction: a crash between the two leaves the key in flight until it expires, unless
+// [WithRecovery] reads the effect back and answers from it. A handler with a fence of its
+// own (with an epoch, as the ledger's) uses [WithoutFence].
 //
 // # The client side
 //

@@ -40,3 +40,12 @@ var (
 	// server's problem details, for parking the item.
 	ErrRejected = errors.New("rejected by the server")
 )
+
+// The refusals of a request's authentication ([Authenticate]).
+var (
+	// ErrDigestMismatch: the Content-Digest field does not hold the body's sha-256.
+	ErrDigestMismatch = errors.New("content digest mismatch")
+	// ErrUnauthenticated: the request is not signed by a registered key, or its signature
+	// is out of date or does not hold.
+	ErrUnauthenticated = errors.New("request not authenticated")
+)

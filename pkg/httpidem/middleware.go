@@ -76,12 +76,21 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			Problem{Type: TypeBodyTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
-				Detail: fmt.Sprintf("the body is over %d bytes", m.cfg.maxBody), Extensions: map[string]any{"key": key}}.Write(w)
+			tooLargeProblem(w, m.cfg.maxBody, key)
 			return
 		}
 		Problem{Type: TypeKeyInvalid, Title: "Request body unreadable", Status: http.StatusBadRequest, Detail: err.Error()}.Write(w)
 		return
+	}
+	if d := r.Header.Get(DigestHeader); d != "" {
+		// A body changed on the way is refused before anything is claimed.
+		if err := CheckDigest(d, body); err != nil {
+			digestProblem(w, err)
+			return
+		}
+	}
+	if m.cfg.selfFenced {
+		fenced = false // the handler's own fence holds the run (WithoutFence)
 	}
 	stored := key
 	if m.cfg.scope != nil {
@@ -120,6 +129,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 		if out.State == Done {
 			replay(w, out.Answer)
+			return
+		}
+		if m.cfg.recover != nil && m.recovered(w, r, c, out, body) {
 			return
 		}
 		Problem{Type: TypeKeyInFlight, Title: "Idempotency-Key in flight", Status: http.StatusConflict,
@@ -181,6 +193,29 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	w.Write(rec.body.Bytes())
 }
 
+// recovered answers a request whose key is in flight under the same fingerprint from
+// the effect itself (WithRecovery): a claim whose server died between the effect and
+// storing its answer is completed with the answer the effect gives, and the request gets
+// it. It reports whether it answered.
+func (m *Middleware) recovered(w http.ResponseWriter, r *http.Request, c Claim, out Outcome, body []byte) bool {
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	a, found, err := m.cfg.recover(r)
+	if err != nil {
+		m.cfg.log.ErrorContext(r.Context(), "recovering an idempotency key in flight", logKey, c.Key, logErr, err)
+		return false
+	}
+	if !found {
+		return false
+	}
+	held := c
+	held.ID = out.Claim
+	if err := m.store.Complete(context.WithoutCancel(r.Context()), held, a); err != nil && !errors.Is(err, ErrClaimLost) {
+		m.cfg.log.ErrorContext(r.Context(), "storing a recovered answer", logKey, c.Key, logErr, err)
+	}
+	replay(w, a)
+	return true
+}
+
 func replay(w http.ResponseWriter, a Answer) {
 	h := w.Header()
 	for k, v := range a.Header {
@@ -197,11 +232,15 @@ func storeProblem(w http.ResponseWriter, key string) {
 		Detail: "the idempotency key could not be checked; retry later", Extensions: map[string]any{"key": key}}.Write(w)
 }
 
-// fingerprint is "sha256:<hex>" of the method, the request URI, the chosen headers and
-// the body, each on a line of its own (none of the first three can hold a newline).
+// fingerprint is "sha256:<hex>" of the method, the request URI, the run header, the
+// chosen headers and the body, each on a line of its own (none but the body can hold a
+// newline).
 func (m *Middleware) fingerprint(r *http.Request, body []byte) string {
 	var b bytes.Buffer
 	b.WriteString(r.Method + "\n" + r.URL.RequestURI() + "\n")
+	// The run is part of the request: the same key and body under another run's headers
+	// is another request, never the first run's answer.
+	b.WriteString(http.CanonicalHeaderKey(m.cfg.runHeader) + ": " + strings.TrimSpace(r.Header.Get(m.cfg.runHeader)) + "\n")
 	for _, name := range m.cfg.fingerprintHeaders {
 		for _, v := range r.Header.Values(name) {
 			b.WriteString(http.CanonicalHeaderKey(name) + ": " + v + "\n")

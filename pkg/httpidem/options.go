@@ -21,6 +21,8 @@ type config struct {
 	maxBody            int64
 	log                *slog.Logger
 	scope              func(*http.Request) string
+	selfFenced         bool
+	recover            func(*http.Request) (Answer, bool, error)
 }
 
 // Defaults of the options.
@@ -127,4 +129,20 @@ func WithLogger(l *slog.Logger) Option {
 // hold a newline.
 func WithScope(scope func(*http.Request) string) Option {
 	return func(c *config) { c.scope = scope }
+}
+
+// WithoutFence leaves the run's fence to the handler: for a service whose own fence
+// holds more than a token (the ledger's holds the epoch of the NATS storage too, which
+// `cairn fences adopt` moves). The fencing headers are still checked and the run is
+// still part of the fingerprint; no http_fence_tokens row is kept or compared.
+func WithoutFence() Option { return func(c *config) { c.selfFenced = true } }
+
+// WithRecovery lets a request whose key is in flight, under the same fingerprint, be
+// answered from the effect itself: fn reads the effect the request stands for (the
+// ledger's row under the key) and returns the answer the handler would have given, and
+// found false when there is none yet. A found answer completes the key's claim (a claim
+// whose server died between the effect and storing its answer, which would otherwise stay
+// in flight for the whole window) and is replayed. fn must not write.
+func WithRecovery(fn func(r *http.Request) (a Answer, found bool, err error)) Option {
+	return func(c *config) { c.recover = fn }
 }

@@ -17,6 +17,11 @@ const (
 	TypeFenceInvalid = "https://github.com/cairnhq/cairn/blob/main/README.md#fence-invalid"
 	TypeBodyTooLarge = "https://github.com/cairnhq/cairn/blob/main/README.md#body-too-large"
 	TypeStore        = "https://github.com/cairnhq/cairn/blob/main/README.md#idempotency-store"
+
+	TypeUnauthenticated = "https://github.com/cairnhq/cairn/blob/main/README.md#unauthenticated"
+	TypeForbidden       = "https://github.com/cairnhq/cairn/blob/main/README.md#forbidden"
+	TypeDigestMissing   = "https://github.com/cairnhq/cairn/blob/main/README.md#content-digest-missing"
+	TypeDigestMismatch  = "https://github.com/cairnhq/cairn/blob/main/README.md#content-digest-mismatch"
 )
 
 // ContentTypeProblem is the media type of a problem details body.

@@ -119,8 +119,8 @@ func (s *SQLStore) claim(ctx context.Context, tx *sql.Tx, c Claim) (Outcome, err
 		state   string
 		headers string
 	)
-	err = tx.QueryRowContext(ctx, s.q(`SELECT fingerprint, state, status, headers, body FROM http_idempotency_keys WHERE key = ?`), c.Key).
-		Scan(&out.Fingerprint, &state, &out.Answer.Status, &headers, &out.Answer.Body)
+	err = tx.QueryRowContext(ctx, s.q(`SELECT claim, fingerprint, state, status, headers, body FROM http_idempotency_keys WHERE key = ?`), c.Key).
+		Scan(&out.Claim, &out.Fingerprint, &state, &out.Answer.Status, &headers, &out.Answer.Body)
 	if errors.Is(err, sql.ErrNoRows) {
 		// Only a Release between the insert and the read on a database that reads
 		// outside the insert's snapshot gets here: the client may retry.
@@ -130,9 +130,9 @@ func (s *SQLStore) claim(ctx context.Context, tx *sql.Tx, c Claim) (Outcome, err
 		return Outcome{}, fmt.Errorf("reading the key: %w", err)
 	}
 	if state != "done" {
-		return Outcome{State: InFlight, Fingerprint: out.Fingerprint}, nil
+		return Outcome{State: InFlight, Fingerprint: out.Fingerprint, Claim: out.Claim}, nil
 	}
-	out.State = Done
+	out.State, out.Claim = Done, ""
 	if err := json.Unmarshal([]byte(headers), &out.Answer.Header); err != nil {
 		return Outcome{}, fmt.Errorf("reading the stored headers: %w", err)
 	}

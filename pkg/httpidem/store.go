@@ -62,6 +62,7 @@ func (s State) String() string {
 type Outcome struct {
 	State       State
 	Fingerprint string // the key's stored fingerprint (InFlight, Done)
+	Claim       string // the ID of the claim in flight (InFlight)
 	Answer      Answer // the stored answer (Done)
 	Highest     int64  // the highest token seen for the run (FencedOut)
 }

@@ -58,6 +58,8 @@ const (
 	DomainSaga    = "cairn.saga.v1"
 	DomainOutbox  = "cairn.outbox.v1"
 	DomainApprove = "cairn.approve.v1"
+	// DomainHTTP: a request to an outside system's HTTP API (package httpidem).
+	DomainHTTP = "cairn.http.v1"
 )
 
 // Sig is a signature as a value carries it: who signed, optionally with which public key
