@@ -218,7 +218,7 @@ func TestNatsCLIStartAndInspect(t *testing.T) {
 	}
 	wantFields := []string{"schema", "run_id", "params", "created_at", "epoch", "status", "pipeline", "steps",
 		"source_fingerprint", "snapshot", "lease", "next_action", "restarts", "generation", "requests",
-		"approval", "handover", "undo", "commands", "updated_at", "progressed_at", "progress", "after", "sig", "sum"}
+		"approval", "handover", "undo", "commands", "updated_at", "progressed_at", "progress", "after", "prev", "sig", "sum"}
 	if got := slices.Sorted(maps.Keys(fields)); !slices.Equal(got, slices.Sorted(slices.Values(wantFields))) {
 		t.Errorf("checkpoint fields %v, want %v", got, slices.Sorted(slices.Values(wantFields)))
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/cairnhq/cairn/pkg/identity"
 )
@@ -13,7 +14,8 @@ import (
 // as it stands). The supervisor may change anything. Every other writer only its own part:
 //
 //   - what the run is (run_id, params, created_at, epoch, pipeline, after, generation) and
-//     its waiting commands: only the supervisor;
+//     its waiting commands: only the supervisor (the compensator may add an undo that waits
+//     for the run's lease and take away the undo it carries out, and touches no other);
 //   - a step's work (status, output, input fingerprint, versions, token): only the service
 //     of that step (an output moved to the artifact store under the same digest and size is
 //     the same output);
@@ -43,8 +45,8 @@ func (ro Roles) Changed(prev, next *Record, by string) error {
 		return refuse("the run's steps (pipeline, after)")
 	case prev.Generation != next.Generation:
 		return refuse("the generation (%d to %d)", prev.Generation, next.Generation)
-	case !slices.EqualFunc(prev.Commands, next.Commands, sameCommand):
-		return refuse("the waiting commands")
+	case !slices.EqualFunc(prev.Commands, next.Commands, sameCommand) && !(by == ro.Compensator && sameBut("undo", prev.Commands, next.Commands)):
+		return refuse("the waiting commands (%s to %s)", named(prev.Commands), named(next.Commands))
 	case !sameUndo(prev.Undo, next.Undo) && by != ro.Compensator:
 		return refuse("the undo's progress")
 	}
@@ -88,6 +90,22 @@ func (ro Roles) mayMove(by string, prev, next *Record) bool {
 		from == Finishing && to == Done // the last step settles its run when it queued nothing left to send (supervisor.Settle)
 }
 
+// sameBut: x and y hold the same commands, in the same order, but for those of verb.
+func sameBut(verb string, x, y []Command) bool {
+	other := func(c Command) bool { return c.Verb != verb }
+	return slices.EqualFunc(filter(x, other), filter(y, other), sameCommand)
+}
+
+func filter(cs []Command, keep func(Command) bool) []Command {
+	var out []Command
+	for _, c := range cs {
+		if keep(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // sameHolder: the same lease, whatever its write_id (a renewal).
 func sameHolder(x, y *Lease) bool {
 	if x == nil || y == nil {
@@ -126,4 +144,13 @@ func (s *Store) Changed(prev, next *Record) error {
 		return fmt.Errorf("checkpoint %q: %w: %w", next.RunID, ErrCorrupt, err)
 	}
 	return nil
+}
+
+// named lists commands by verb and request id, for a refusal.
+func named(cs []Command) string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.Verb + " " + c.RequestID
+	}
+	return "[" + strings.Join(out, ", ") + "]"
 }

@@ -10,19 +10,25 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 
 	"github.com/cairnhq/cairn/examples/enrich/records"
-	"github.com/cairnhq/cairn/internal/sqlitefile"
 	"github.com/cairnhq/cairn/pkg/httpidem"
 )
 
 // openDB opens the upload system's SQLite file (WAL, busy timeout, as pkg/httpidem
 // asks) and creates its tables: uploads and the idempotency store's.
 func openDB(path string) (*sql.DB, error) {
-	if err := sqlitefile.Private(path); err != nil {
-		return nil, err
+	// Readable by this process's user only: SQLite makes the file, and its -wal and -shm
+	// beside it, with the first file's mode.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("creating %s: %w", path, err)
+	}
+	if err := errors.Join(f.Chmod(0o600), f.Close()); err != nil {
+		return nil, fmt.Errorf("making %s private: %w", path, err)
 	}
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)")
 	if err != nil {
