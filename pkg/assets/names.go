@@ -42,9 +42,9 @@ var reservedNames = []struct{ name, why string }{
 	{"report", "a service of the night (replies under _INBOX.cairn.report, NATS user report)"},
 	{"supervisor", "a service of every pipeline (the night's replies under _INBOX.cairn.supervisor, NATS user supervisor)"},
 	{"compensator", "a service of every pipeline (the night's replies under _INBOX.cairn.compensator, NATS user compensator)"},
-	{"post", "the first word of the night's service post-ledger (a hosted pipeline's service ledger would be the NATS user post-ledger)"},
-	{"update", "the first word of the night's service update-stock (a hosted pipeline's service stock would be the NATS user update-stock)"},
-	{"debit", "the first word of the night's service debit-notes (a hosted pipeline's service notes would be the NATS user debit-notes)"},
+	{"post", "the first word of a hyphenated service of the night (post-…): a hosted pipeline post's service would be that service's NATS user"},
+	{"update", "the first word of a hyphenated service of the night (update-…): a hosted pipeline update's service would be that service's NATS user"},
+	{"debit", "the first word of a hyphenated service of the night (debit-…): a hosted pipeline debit's service would be that service's NATS user"},
 	// The operator's tools: cairn's commands connect with their replies under
 	// _INBOX.cairn.<connection>.
 	{"cli", "the reply prefix of the operator's CLI (_INBOX.cairn.cli)"},

@@ -83,7 +83,7 @@
 // fence upsert. The answer is stored after the handler returns, not in the handler's own
 // transaction: a crash between the two leaves the key in flight until it expires, unless
 // [WithRecovery] reads the effect back and answers from it. A handler with a fence of its
-// own (with an epoch, as the ledger's) uses [WithoutFence].
+// own (with an epoch, say) uses [WithoutFence].
 //
 // # The client side
 //

@@ -132,14 +132,14 @@ func WithScope(scope func(*http.Request) string) Option {
 }
 
 // WithoutFence leaves the run's fence to the handler: for a service whose own fence
-// holds more than a token (the ledger's holds the epoch of the NATS storage too, which
+// holds more than a token (one that holds the epoch of the NATS storage too, which
 // `cairn fences adopt` moves). The fencing headers are still checked and the run is
 // still part of the fingerprint; no http_fence_tokens row is kept or compared.
 func WithoutFence() Option { return func(c *config) { c.selfFenced = true } }
 
 // WithRecovery lets a request whose key is in flight, under the same fingerprint, be
 // answered from the effect itself: fn reads the effect the request stands for (the
-// ledger's row under the key) and returns the answer the handler would have given, and
+// system's row under the key) and returns the answer the handler would have given, and
 // found false when there is none yet. A found answer completes the key's claim (a claim
 // whose server died between the effect and storing its answer, which would otherwise stay
 // in flight for the whole window) and is replayed. fn must not write.
