@@ -44,7 +44,7 @@ var reservedNames = []struct{ name, why string }{
 	{"compensator", "a service of every pipeline (the night's replies under _INBOX.cairn.compensator, NATS user compensator)"},
 	{"post", "the first word of a hyphenated service of the night (post-…): a hosted pipeline post's service would be that service's NATS user"},
 	{"update", "the first word of a hyphenated service of the night (update-…): a hosted pipeline update's service would be that service's NATS user"},
-	{"debit", "the first word of a hyphenated service of the night (debit-…): a hosted pipeline debit's service would be that service's NATS user"},
+	{"debit", "the first word of the night's service debit-notes (a hosted pipeline debit's service notes would be the NATS user debit-notes)"},
 	// The operator's tools: cairn's commands connect with their replies under
 	// _INBOX.cairn.<connection>.
 	{"cli", "the reply prefix of the operator's CLI (_INBOX.cairn.cli)"},
