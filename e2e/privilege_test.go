@@ -25,6 +25,7 @@ import (
 	"github.com/cairnhq/cairn/internal/service"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
+	"github.com/cairnhq/cairn/pkg/identity"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
 )
@@ -491,6 +492,32 @@ func TestPrivilege(t *testing.T) {
 		for _, c := range (assets.Config{Steps: job.Pipeline.Names()}).Consumers() {
 			if _, err := d.js.Consumer(t.Context(), c.Stream, c.Config.Durable); err != nil {
 				t.Errorf("consumer %s on %s after the attempts: %v", c.Config.Durable, c.Stream, err)
+			}
+		}
+	})
+
+	t.Run("ledger-api reads the callers' keys, and nothing else", func(t *testing.T) {
+		nc, errs, err := d.connect("ledger-api")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		keys := "$JS.API.DIRECT.GET.KV_" + identity.Bucket + ".$KV." + identity.Bucket + "."
+		for _, subject := range []string{"$JS.API.STREAM.INFO.KV_" + identity.Bucket, keys + identity.SealKey, keys + "service.post-ledger"} {
+			if err := permRequest(nc, errs, subject, nil); err != nil {
+				t.Fatalf("ledger-api reading %s: %v, want an answer", subject, err)
+			}
+		}
+		for _, subject := range []string{
+			"$KV." + identity.Bucket + ".service.post-ledger", // replace a caller's key
+			"$KV." + identity.Bucket + ".approver.mallory",    // add an approver
+			"$JS.API.DIRECT.GET.KV_" + assets.BucketRuns + ".$KV." + assets.BucketRuns + "." + runID,
+			"$KV." + assets.BucketRuns + "." + runID,
+			events.RunStartSubject,
+			events.StepSubject("post-ledger", "probe"),
+		} {
+			if err := permRequest(nc, errs, subject, []byte(`{}`)); !errors.Is(err, errPermRefused) {
+				t.Fatalf("ledger-api publishing %s: %v, want %v", subject, err, errPermRefused)
 			}
 		}
 	})
