@@ -151,3 +151,30 @@ func (s *Store) checkApproval(ctx context.Context, r *Record, schema int) error 
 	}
 	return nil
 }
+
+// Revision is one kept revision of a run's record, checked as a load checks it, alone: Err
+// when it fails (its sum, signature, history or approval).
+type Revision struct {
+	Rev uint64
+	Rec *Record
+	Err error
+}
+
+// History returns the run's kept revisions (the bucket keeps 16), oldest first, each read
+// from the stream's leader and checked as a load checks it: for the supervisor's start, which
+// judges the links written while no supervisor watched (Roles.Changed).
+func (s *Store) History(ctx context.Context, runID string) ([]Revision, error) {
+	revs, err := s.revisions(ctx, runID, 0)
+	if err != nil {
+		return nil, fmt.Errorf("reading the history of checkpoint %q: %w", runID, err)
+	}
+	out := make([]Revision, 0, len(revs))
+	for _, r := range revs {
+		if r.op != "" {
+			continue
+		}
+		rec, err := s.decodeStoredMsg(ctx, runID, r.stored())
+		out = append(out, Revision{Rev: r.rev, Rec: rec, Err: err})
+	}
+	return out, nil
+}

@@ -42,9 +42,59 @@ func (s *Supervisor) judge(prev watched, seen bool, rec *kc.Record, rev uint64) 
 	}
 	if err := s.cfg.Store.Changed(prev.rec, rec); err != nil {
 		s.over[key] = overreached{good: prev, rev: rev, cause: fmt.Errorf("revision %d: %w", rev, err)}
+		delete(s.runs, key) // not swept until its good record is back
 		return false
 	}
 	return true
+}
+
+// judgeHistory judges, at start, the kept links of every live run (the bucket keeps 16
+// revisions of each), which the watch, beginning at the latest record, did not see: a write
+// beyond its writer's part made while no supervisor watched is put back as one seen live is,
+// unless the supervisor's own handover since (a put-back, or any other) stands after it. It
+// reads each live run's history once, at start.
+func (s *Supervisor) judgeHistory(ctx context.Context) {
+	s.mu.Lock()
+	var live []string
+	for id, w := range s.runs {
+		if liveStatus(w.rec) {
+			live = append(live, id)
+		}
+	}
+	s.mu.Unlock()
+	sup := ""
+	if sg := s.cfg.Store.Signer(); sg != nil {
+		sup = sg.Name()
+	}
+	for _, id := range live {
+		hist, err := s.cfg.Store.History(ctx, id)
+		if err != nil {
+			s.log.Warn("reading a run's history at start", slog.String("run_id", id), slog.Any("error", err))
+			continue
+		}
+		var bad *overreached
+		for i := 1; i < len(hist); i++ {
+			a, b := hist[i-1], hist[i]
+			if b.Err == nil && b.Rec.Sig != nil && b.Rec.Sig.By == sup && b.Rec.Status == kc.HandedOver {
+				bad = nil // a person has it
+				continue
+			}
+			if bad != nil || a.Err != nil || b.Err != nil || b.Rec.Prev != a.Rev {
+				continue
+			}
+			if err := s.cfg.Store.Changed(a.Rec, b.Rec); err != nil {
+				bad = &overreached{good: watched{rec: a.Rec, rev: a.Rev}, rev: b.Rev, cause: fmt.Errorf("revision %d: %w", b.Rev, err)}
+			}
+		}
+		if bad != nil {
+			s.mu.Lock()
+			if _, held := s.over[id]; !held {
+				s.over[id] = *bad
+			}
+			delete(s.runs, id)
+			s.mu.Unlock()
+		}
+	}
 }
 
 // restoreOverreached puts back, as the supervisor's own write, the last good record of every

@@ -184,6 +184,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		}
 		s.observe(e)
 	}
+	s.judgeHistory(ctx)
 	s.SweepOnce(ctx, true)
 	adv, err := s.cfg.JS.Conn().QueueSubscribe(s.cfg.Space.MaxDeliveries(assets.StreamSteps), "cairn-supervisor", func(m *nats.Msg) {
 		defer consume.Recover(s.log, nil, nil)

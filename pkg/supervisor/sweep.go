@@ -70,8 +70,7 @@ func (s *Supervisor) SweepOnce(ctx context.Context, startup bool) {
 			delete(s.panicked, id)
 		}
 		switch {
-		case w.rec.Status == kc.Running, w.rec.Status == kc.Finishing, w.rec.Status == kc.Undoing, w.rec.Status == kc.WaitingApproval,
-			len(w.rec.Commands) > 0: // a command waits for the run's lease: the sweep drives it
+		case liveStatus(w.rec):
 			live = append(live, w)
 		default:
 			delete(s.seen, id)
@@ -285,4 +284,14 @@ func (s *Supervisor) republishUndo(ctx context.Context, rec *kc.Record, rev uint
 	}
 	s.log.Info("undo published again", slog.String("run_id", rec.RunID), slog.String("request_id", rec.Undo.RequestID))
 	return nil
+}
+
+// liveStatus: a run the sweep drives: one that runs, finishes, undoes or waits for a person,
+// or one a command waits in for the run's lease.
+func liveStatus(r *kc.Record) bool {
+	switch r.Status {
+	case kc.Running, kc.Finishing, kc.Undoing, kc.WaitingApproval:
+		return true
+	}
+	return len(r.Commands) > 0
 }
