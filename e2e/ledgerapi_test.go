@@ -18,13 +18,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/apptest"
 	"github.com/cairnhq/cairn/internal/books"
 	"github.com/cairnhq/cairn/internal/devproc"
 	"github.com/cairnhq/cairn/internal/ledgerapi"
 	"github.com/cairnhq/cairn/internal/natstest"
-	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/httpidem"
 	"github.com/cairnhq/cairn/pkg/identity"
 )
@@ -43,25 +42,7 @@ type ledgerAPI struct {
 func ledgerAPIKeys(t *testing.T) (string, *identity.Signer) {
 	t.Helper()
 	js := natstest.JetStream(t)
-	kv, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: assets.Default.Bucket(identity.Bucket)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed, err := identity.NewSeed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sg, err := identity.NewSigner(ledgerapi.CallerPostLedger, seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := identity.Register(t.Context(), kv, sg.Name(), sg.PublicKey()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := identity.SealOnce(t.Context(), kv, identity.Seal{}); err != nil {
-		t.Fatal(err)
-	}
-	return "CAIRN_NATS_URL=" + js.Conn().ConnectedUrl(), sg
+	return "CAIRN_NATS_URL=" + js.Conn().ConnectedUrl(), apptest.Keys(t, js, ledgerapi.CallerPostLedger)
 }
 
 // startLedgerAPI starts the ledger-api binary with env and waits for its "ready". It serves

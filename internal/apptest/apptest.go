@@ -6,7 +6,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/cairnhq/cairn/pkg/app"
+	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/identity"
 )
 
 // Host makes cfg's assets and registers its keys (app.Init), then runs every service of it
@@ -31,4 +35,30 @@ func Host(ctx context.Context, t testing.TB, cfg app.Config) (stop func()) {
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// Keys makes the default space's cairn-keys on js with name's key registered and the seal
+// recorded, and returns name's signer: what a system that checks its callers (ledger-api)
+// reads, with no night.
+func Keys(t testing.TB, js jetstream.JetStream, name string) *identity.Signer {
+	t.Helper()
+	kv, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: assets.Default.Bucket(identity.Bucket)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, err := identity.NewSeed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sg, err := identity.NewSigner(name, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := identity.Register(t.Context(), kv, sg.Name(), sg.PublicKey()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := identity.SealOnce(t.Context(), kv, identity.Seal{}); err != nil {
+		t.Fatal(err)
+	}
+	return sg
 }

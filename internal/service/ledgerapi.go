@@ -191,24 +191,10 @@ func LedgerAPIMain() {
 	}
 }
 
-// connectLedgerAPI connects to CAIRN_NATS_URL as the ledger API's user, for the keys.
+// connectLedgerAPI connects to CAIRN_NATS_URL as the ledger API's user, for the keys. A
+// server not up yet is waited for: the API answers 503 until the keys are read.
 func connectLedgerAPI(c LedgerAPIConfig) (*nats.Conn, jetstream.JetStream, error) {
-	// A server not up yet is waited for: the API answers 503 until the keys are read.
-	opts := []nats.Option{nats.Name("cairn-ledger-api"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true),
-		nats.CustomInboxPrefix(c.InboxPrefix + ".ledger-api"), nats.Timeout(connectTimeout)}
-	if c.NATSCreds != "" {
-		opts = append(opts, nats.UserCredentials(c.NATSCreds))
-	}
-	nc, err := nats.Connect(string(c.NATSURL), opts...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("connecting to CAIRN_NATS_URL %s: %w", c.NATSURL, scrubbed(err, c.NATSURL.passwords()...))
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("JetStream on %s: %w", c.NATSURL, scrubbed(err, c.NATSURL.passwords()...))
-	}
-	return nc, js, nil
+	return dial(c.NATSURL, c.NATSCreds, "ledger-api", c.InboxPrefix+".ledger-api", nats.RetryOnFailedConnect(true))
 }
 
 // RunLedgerAPI opens the ledger's database, creates the middleware's tables where

@@ -19,9 +19,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cairnhq/cairn/internal/apptest"
 	"github.com/cairnhq/cairn/internal/ledgerapi"
 	"github.com/cairnhq/cairn/internal/natstest"
-	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/httpidem"
 	"github.com/cairnhq/cairn/pkg/identity"
 )
@@ -85,25 +85,7 @@ func ledgerKeys(t *testing.T) (jetstream.JetStream, *identity.Signer) {
 // registerKeys makes cairn-keys on js with post-ledger's key, and returns its signer.
 func registerKeys(t *testing.T, js jetstream.JetStream) *identity.Signer {
 	t.Helper()
-	kv, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: assets.Default.Bucket(identity.Bucket)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed, err := identity.NewSeed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sg, err := identity.NewSigner(ledgerapi.CallerPostLedger, seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := identity.Register(t.Context(), kv, sg.Name(), sg.PublicKey()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := identity.SealOnce(t.Context(), kv, identity.Seal{}); err != nil {
-		t.Fatal(err)
-	}
-	return sg
+	return apptest.Keys(t, js, ledgerapi.CallerPostLedger)
 }
 
 // ledgerAPIConfig is a valid configuration serving on loopback over a SQLite file.

@@ -42,20 +42,26 @@ const connectTimeout = 10 * time.Second
 
 // Connect connects to NATS as name.
 func Connect(c Config, name string) (*nats.Conn, jetstream.JetStream, error) {
+	return dial(c.NATSURL, c.NATSCreds, name, c.Inbox(name))
+}
+
+// dial connects to url as service name (the user of creds, when given), its replies under
+// inbox, reconnecting for ever.
+func dial(url Credentials, creds, name, inbox string, extra ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
 	// A TLS handshake on a busy machine (a whole deployment starting at once) can take longer
 	// than nats.go's 2 s default, which would end the service before it is ready.
-	opts := []nats.Option{nats.Name("cairn-" + name), nats.MaxReconnects(-1), nats.CustomInboxPrefix(c.Inbox(name)), nats.Timeout(connectTimeout)}
-	if c.NATSCreds != "" {
-		opts = append(opts, nats.UserCredentials(c.NATSCreds))
+	opts := append([]nats.Option{nats.Name("cairn-" + name), nats.MaxReconnects(-1), nats.CustomInboxPrefix(inbox), nats.Timeout(connectTimeout)}, extra...)
+	if creds != "" {
+		opts = append(opts, nats.UserCredentials(creds))
 	}
-	nc, err := nats.Connect(string(c.NATSURL), opts...)
+	nc, err := nats.Connect(string(url), opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connecting to CAIRN_NATS_URL %s: %w", c.NATSURL, scrubbed(err, c.NATSURL.passwords()...))
+		return nil, nil, fmt.Errorf("connecting to CAIRN_NATS_URL %s: %w", url, scrubbed(err, url.passwords()...))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("JetStream on %s: %w", c.NATSURL, scrubbed(err, c.NATSURL.passwords()...))
+		return nil, nil, fmt.Errorf("JetStream on %s: %w", url, scrubbed(err, url.passwords()...))
 	}
 	return nc, js, nil
 }
