@@ -186,6 +186,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	s.judgeHistory(ctx)
 	s.SweepOnce(ctx, true)
+	if ctx.Err() != nil {
+		return nil // stopped while starting: a clean stop
+	}
 	adv, err := s.cfg.JS.Conn().QueueSubscribe(s.cfg.Space.MaxDeliveries(assets.StreamSteps), "cairn-supervisor", func(m *nats.Msg) {
 		defer consume.Recover(s.log, nil, nil)
 		s.onMaxDeliveries(ctx, m)
@@ -203,6 +206,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	defer func() { _ = cadv.Unsubscribe() }()
 	cons, err := s.cfg.JS.Consumer(ctx, s.cfg.Space.Stream(assets.StreamRuns), assets.ConsumerControl)
+	if err != nil && ctx.Err() != nil {
+		return nil // stopped while starting: a clean stop
+	}
 	if err != nil {
 		return fmt.Errorf("looking up consumer %q: %w", assets.ConsumerControl, err)
 	}
