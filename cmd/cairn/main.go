@@ -47,7 +47,7 @@ commands:
   demo      run the reference night with a real crash at entry 24 of post-ledger, and resume it
   service   run one service, as its own binary under services/ does: cairn service NAME
 
-Settings come from CAIRN_* environment variables (see README.md).
+Settings come from CAIRN_* environment variables (see docs/operator.md, "Settings").
 Run 'cairn <command> -h' for a command's flags.`
 
 // errUsage: the command line was wrong; exit 2, as for a wrong setting (service.ErrSetting).

@@ -1,6 +1,6 @@
 // Package sqlitefile keeps Cairn's SQLite files private: readable and writable only by the
 // user the services run as. SQLite has no roles, so a database file's permissions are its
-// only boundary (README, "Least privilege in the databases"); the driver creates a file 0644,
+// only boundary (docs/trust.md, "Least privilege in the databases"); the driver creates a file 0644,
 // and a database's -wal and -shm files take the permissions of its main file.
 package sqlitefile
 

@@ -35,7 +35,7 @@ type Limits struct {
 	Outbox int64 `json:"outbox,omitempty"`
 }
 
-// The default Limits (README, "Bounded sizes").
+// The default Limits (docs/trust.md, "Bounded sizes").
 const (
 	DefaultRunsBytes      = 512 << 20 // 512 MiB
 	DefaultMemoBytes      = 256 << 20 // 256 MiB
