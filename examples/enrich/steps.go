@@ -206,7 +206,7 @@ func (s apiStep[T]) call(ctx context.Context, a *runner.Attempt, id string) ([]b
 // counts attempts that add none, so a record that times out every time is handed over,
 // while a slow night that advances is not.
 func (s apiStep[T]) Progress(ctx context.Context, a *runner.Attempt) (runner.Progress, error) {
-	n, err := a.Memoised(ctx, s.api)
+	n, err := a.Memoised(ctx, s.api+".") // its own keys, <api>.<record>
 	if err != nil {
 		return runner.Progress{}, err
 	}

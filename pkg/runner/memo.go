@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -66,16 +67,20 @@ func (a *Attempt) Memo(ctx context.Context, key string, call func(ctx context.Co
 	return e.Value(), nil
 }
 
-// Memoised counts the answers memoised for this run whose keys start with prefix ("" for
-// all): a step's progress (ProgressCounter) when its work is memoised calls.
+// Memoised counts the answers memoised for this run whose keys (as given to Memo) start with
+// prefix: "" counts all, "classify" or "classify." every key of the tokens classify.…, and
+// "classify.inv-" every key classify.inv-… . The bucket is asked only for the keys of
+// prefix's whole tokens; a last partial token is compared as a string. A step's progress
+// (ProgressCounter) when its work is memoised calls.
 func (a *Attempt) Memoised(ctx context.Context, prefix string) (int, error) {
 	kv := a.r.cfg.Memo
 	if kv == nil {
 		return 0, ErrNoMemo
 	}
+	whole, _ := cutLastToken(prefix)
 	filter := a.RunID + ".>"
-	if prefix != "" {
-		filter = a.RunID + "." + prefix + ".>"
+	if whole != "" {
+		filter = a.RunID + "." + whole + ".>"
 	}
 	l, err := kv.ListKeysFiltered(ctx, filter)
 	if err != nil {
@@ -83,8 +88,20 @@ func (a *Attempt) Memoised(ctx context.Context, prefix string) (int, error) {
 	}
 	defer func() { _ = l.Stop() }()
 	n := 0
-	for range l.Keys() {
-		n++
+	for k := range l.Keys() {
+		if strings.HasPrefix(k, a.RunID+"."+prefix) {
+			n++
+		}
 	}
 	return n, nil
+}
+
+// cutLastToken splits prefix into its whole dot-separated tokens and what follows the last
+// dot: "a.b.c" is "a.b" and "c", "a.b." is "a.b" and "", "abc" is "" and "abc".
+func cutLastToken(prefix string) (whole, partial string) {
+	i := strings.LastIndexByte(prefix, '.')
+	if i < 0 {
+		return "", prefix
+	}
+	return prefix[:i], prefix[i+1:]
 }
