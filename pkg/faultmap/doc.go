@@ -45,7 +45,7 @@
 //   - [NoMemo]: a model call whose answers are not memoised;
 //   - [OverRateLimit]: a retry policy whose peak exceeds the declared rate limit;
 //   - [UnfencedWrite]: a business write without a fence;
-//   - [NoCompensation]: outside writes that no undo answers;
+//   - [NoCompensation]: outside writes that no undo answers (an irreversible step's effects are answered, not undone: it has none to miss);
 //   - [SnapshotNotSaved]: a snapshot read that checkpoints nothing;
 //   - [UnknownApprovalStep]: an approval setting naming no step of the pipeline.
 package faultmap

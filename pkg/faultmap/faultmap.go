@@ -230,7 +230,7 @@ func stepGaps(st pipeline.Step, r Retry, later []pipeline.Step) []Gap {
 	if st.Kind == pipeline.BusinessWrite && !st.Fenced {
 		gap(UnfencedWrite, "is a business write without a fence: a holder that lost the lease can still write after another took over.")
 	}
-	if st.Writes() && st.Compensation == "" {
+	if st.ReversibleWrites() && st.Compensation == "" { // an irreversible step's effects are answered, not undone
 		gap(NoCompensation, "has outside effects (%s) but no compensation: an undo leaves them standing, unanswered.", effects(st))
 	}
 	if st.Kind == pipeline.SnapshotRead && st.Checkpoint == "" {

@@ -77,9 +77,34 @@ var bad = pipeline.Definition{Name: "bad", Steps: []pipeline.Step{
 		Compensation: "reversal", ItemRetries: true},
 	{Name: "stock", Kind: pipeline.BusinessWrite, Leased: true, Checkpoint: "keys", Effects: "stock rows",
 		Key: "<run>:stock:<line>", Compensation: "reversal", ItemRetries: true},
-	{Name: "hook", Kind: pipeline.OutsideMessage, Leased: true, Irreversible: true, Checkpoint: "keys", Effects: "webhook",
+	{Name: "hook", Kind: pipeline.OutsideMessage, Leased: true, Checkpoint: "keys", Effects: "webhook",
 		Key: "<run>:hook"},
 }}
+
+// A message step declared irreversible (what goes out stays out, as a.Queue's messages) has
+// no compensation to miss: no gap, and the map says none is possible (issue 34).
+func TestIrreversibleMessageNeedsNoCompensation(t *testing.T) {
+	t.Parallel()
+	def := pipeline.Definition{Name: "mailer", Steps: []pipeline.Step{
+		{Name: "send", Kind: pipeline.OutsideMessage, Leased: true, Irreversible: true, Checkpoint: "keys", Effects: "mail", Key: "<run>:mail:<to>"},
+	}}
+	m, err := faultmap.Analyze(def, defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range m.Gaps {
+		if g.Kind == faultmap.NoCompensation {
+			t.Errorf("gap %s on %s: %s", g.Kind, g.Step, g.Detail)
+		}
+	}
+	var out strings.Builder
+	if err := m.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "none possible (irreversible") {
+		t.Errorf("the map does not say no compensation is possible:\n%s", out.String())
+	}
+}
 
 func badSettings() faultmap.Settings {
 	s := defaults()

@@ -116,6 +116,8 @@ func compensationText(st StepMap) string {
 		return "none needed (a model call changes nothing outside)"
 	case !def(st).Writes():
 		return "none needed (no outside effect)"
+	case st.Irreversible:
+		return "none possible (irreversible: what goes out stays out; it runs only on clear evidence or an approval)"
 	default:
 		return "NONE"
 	}
