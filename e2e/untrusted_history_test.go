@@ -50,19 +50,7 @@ func TestUntrustedRolledBackRecord(t *testing.T) {
 		t.Fatalf("the run's first revision %d: %+v, %v", first.Revision(), rec, err)
 	}
 
-	mc, _, err := d.connect("match")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mc.Close()
-	mjs, err := jetstream.New(mc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs, err := mjs.KeyValue(ctx, assets.BucketRuns)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mjs, runs := d.runsAs(ctx, job.Match)
 	rev, err := runs.Put(ctx, runID, first.Value())
 	if err != nil {
 		t.Fatalf("putting the first revision back as match: %v", err)
@@ -111,19 +99,7 @@ func TestUntrustedRolledBackRecord(t *testing.T) {
 // history holds). It returns the revision written and the record before it.
 func (d *deployNight) forgeAs(ctx context.Context, name string, edit func(r *kc.Record)) (uint64, *kc.Record) {
 	d.t.Helper()
-	nc, _, err := d.connect(name)
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	d.t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	runs, err := js.KeyValue(ctx, assets.BucketRuns)
-	if err != nil {
-		d.t.Fatal(err)
-	}
+	_, runs := d.runsAs(ctx, name)
 	e, err := runs.Get(ctx, runID)
 	if err != nil {
 		d.t.Fatal(err)
@@ -234,6 +210,26 @@ func TestUntrustedLeaseHolderRewritesAnotherStepsOutput(t *testing.T) {
 		t.Fatalf("%d ledger rows after the overreaching write, want none", rows)
 	}
 	d.assertNoneRefused()
+}
+
+// runsAs connects as service name's own user of deploy/nats/accounts.conf (closed when the
+// test ends) and returns its JetStream and the checkpoint bucket as that user sees it.
+func (d *deployNight) runsAs(ctx context.Context, name string) (jetstream.JetStream, jetstream.KeyValue) {
+	d.t.Helper()
+	nc, _, err := d.connect(name)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	runs, err := js.KeyValue(ctx, assets.BucketRuns)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return js, runs
 }
 
 // runsKV is the checkpoint bucket, as admin reads it.

@@ -127,19 +127,7 @@ func TestUntrustedSignedRecordsAndIntents(t *testing.T) {
 	}
 
 	// The forged record, with match's user.
-	mc, _, err := d.connect("match")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mc.Close()
-	mjs, err := jetstream.New(mc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs, err := mjs.KeyValue(ctx, assets.BucketRuns)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mjs, runs := d.runsAs(ctx, job.Match)
 	e, err := runs.Get(ctx, runID)
 	if err != nil {
 		t.Fatal(err)
