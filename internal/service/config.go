@@ -128,13 +128,8 @@ const (
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	for u := range strings.SplitSeq(string(c.NATSURL), ",") {
-		u = strings.TrimSpace(u)
-		if _, err := url.Parse(u); err != nil || (!strings.HasPrefix(u, "nats://") && !strings.HasPrefix(u, "tls://")) {
-			// Not err: url.Parse's error repeats the URL, password and all.
-			bad("CAIRN_NATS_URL %q must be nats:// or tls:// URLs, comma-separated", c.NATSURL)
-			break
-		}
+	if err := checkNATSURL(c.NATSURL); err != nil {
+		errs = append(errs, err)
 	}
 	if !validSubject(c.InboxPrefix) {
 		bad("CAIRN_INBOX_PREFIX %q must be a subject without wildcards, like _INBOX.cairn", c.InboxPrefix)
@@ -265,6 +260,17 @@ func (c Config) RunnerParkLimit() float64 {
 // Inbox is the prefix of the reply subjects of service name's connection: CAIRN_INBOX_PREFIX,
 // then the name. A service user's permissions need allow only its own replies, <Inbox>.>.
 func (c Config) Inbox(name string) string { return c.InboxPrefix + "." + name }
+
+// checkNATSURL checks CAIRN_NATS_URL: nats:// or tls:// URLs with a host, comma-separated.
+// The error does not wrap url.Parse's, which repeats the URL, password and all.
+func checkNATSURL(urls Credentials) error {
+	for u := range strings.SplitSeq(string(urls), ",") {
+		if p, err := url.Parse(strings.TrimSpace(u)); err != nil || (p.Scheme != "nats" && p.Scheme != "tls") || p.Host == "" {
+			return fmt.Errorf("CAIRN_NATS_URL %q must be nats:// or tls:// URLs, comma-separated", urls)
+		}
+	}
+	return nil
+}
 
 // validSubject says whether s is a literal subject: dot-separated, non-empty tokens without
 // wildcards or white space.

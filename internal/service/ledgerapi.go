@@ -7,12 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -108,11 +106,8 @@ func (c LedgerAPIConfig) Validate() error {
 	case c.NATSURL == "":
 		bad("CAIRN_NATS_URL is not set: the ledger API reads its callers' keys (cairn-keys) from NATS")
 	default:
-		for u := range strings.SplitSeq(string(c.NATSURL), ",") {
-			if p, err := url.Parse(strings.TrimSpace(u)); err != nil || (p.Scheme != "nats" && p.Scheme != "tls") || p.Host == "" {
-				bad("CAIRN_NATS_URL %q must be nats:// or tls:// URLs, comma-separated", c.NATSURL)
-				break
-			}
+		if err := checkNATSURL(c.NATSURL); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if c.NATSCreds != "" {

@@ -72,17 +72,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			Detail: m.cfg.runHeader + ", " + m.cfg.tokenHeader + ": " + err.Error()}.Write(w)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.cfg.maxBody))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			tooLargeProblem(w, m.cfg.maxBody, key)
-			return
-		}
-		Problem{Type: TypeKeyInvalid, Title: "Request body unreadable", Status: http.StatusBadRequest, Detail: err.Error()}.Write(w)
+	body, ok := readBody(w, r, m.cfg.maxBody, key)
+	if !ok {
 		return
 	}
-	if d := r.Header.Get(DigestHeader); d != "" {
+	if d := r.Header.Get(DigestHeader); d != "" && !digestChecked(r.Context()) {
 		// A body changed on the way is refused before anything is claimed.
 		if err := CheckDigest(d, body); err != nil {
 			digestProblem(w, err)

@@ -77,6 +77,15 @@ type AuthConfig struct {
 
 type callerKey struct{}
 
+// digestKey marks a request whose Content-Digest, if any, Authenticate checked against its
+// body (which it requires on a write), so the idempotency middleware does not hash it again.
+type digestKey struct{}
+
+func digestChecked(ctx context.Context) bool {
+	ok, _ := ctx.Value(digestKey{}).(bool)
+	return ok
+}
+
 // CallerOf is the service that signed the request of ctx, "" when none did.
 func CallerOf(ctx context.Context) string {
 	s, _ := ctx.Value(callerKey{}).(string)
@@ -108,7 +117,8 @@ func Authenticate(c AuthConfig) (func(http.Handler) http.Handler, error) {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			caller, ok := c.check(w, r)
 			if ok {
-				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, caller)))
+				ctx := context.WithValue(r.Context(), callerKey{}, caller)
+				next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, digestKey{}, true)))
 			}
 		})
 	}, nil
@@ -130,7 +140,7 @@ func (c AuthConfig) check(w http.ResponseWriter, r *http.Request) (string, bool)
 		unauthenticated(w, fmt.Sprintf("%s %s is more than %s from the server's clock, %s", SignedAtHeader, at, c.Skew, now.UTC().Format(time.RFC3339)))
 		return "", false
 	}
-	body, ok := readBody(w, r, c.MaxBody)
+	body, ok := readBody(w, r, c.MaxBody, "")
 	if !ok {
 		return "", false
 	}
@@ -166,8 +176,8 @@ func (c AuthConfig) check(w http.ResponseWriter, r *http.Request) (string, bool)
 }
 
 // readBody reads r's body up to limit and puts it back for the handlers after; over the
-// limit it answers 413 naming it.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+// limit it answers 413 naming it (and key, when there is one).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64, key string) ([]byte, bool) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return []byte{}, true
 	}
@@ -175,7 +185,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			tooLargeProblem(w, limit, "")
+			tooLargeProblem(w, limit, key)
 			return nil, false
 		}
 		Problem{Type: TypeKeyInvalid, Title: "Request body unreadable", Status: http.StatusBadRequest, Detail: err.Error()}.Write(w)

@@ -64,7 +64,7 @@ func (ro Roles) Changed(prev, next *Record, by string) error {
 	if prev.Status != next.Status && !ro.mayMove(by, prev, next) {
 		return refuse("the status (%s to %s)", prev.Status, next.Status)
 	}
-	if l := next.Lease; l != nil && !sameHolder(prev.Lease, l) {
+	if l := next.Lease; l != nil && !sameLease(prev.Lease, l) {
 		if by == ro.Compensator && l.Step == "undo" {
 			return nil
 		}
@@ -92,26 +92,8 @@ func (ro Roles) mayMove(by string, prev, next *Record) bool {
 
 // sameBut: x and y hold the same commands, in the same order, but for those of verb.
 func sameBut(verb string, x, y []Command) bool {
-	other := func(c Command) bool { return c.Verb != verb }
-	return slices.EqualFunc(filter(x, other), filter(y, other), sameCommand)
-}
-
-func filter(cs []Command, keep func(Command) bool) []Command {
-	var out []Command
-	for _, c := range cs {
-		if keep(c) {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// sameHolder: the same lease, whatever its write_id (a renewal).
-func sameHolder(x, y *Lease) bool {
-	if x == nil || y == nil {
-		return x == y
-	}
-	return x.Owner == y.Owner && x.Token == y.Token && x.Step == y.Step
+	of := func(c Command) bool { return c.Verb == verb }
+	return slices.EqualFunc(slices.DeleteFunc(slices.Clone(x), of), slices.DeleteFunc(slices.Clone(y), of), sameCommand)
 }
 
 // sameWork compares what a step made, which only its own service changes: its status, its

@@ -45,19 +45,10 @@ func over(h nats.Header) (rev uint64, known bool) {
 	return n, err == nil
 }
 
-// stored is a record's message as the server keeps it: the value, its revision and the
-// revision the server checked it was written over.
-type stored struct {
-	value []byte
-	rev   uint64
-	over  uint64
-	known bool // over was checked by the server (a compare-and-set); false for a plain put
-}
-
 // checkHistory refuses a record, read at st.rev and stored in schema, that is not the
 // newest write of its own history (above). Without a ring nothing is checked, as for
 // signatures.
-func (s *Store) checkHistory(r *Record, schema int, st stored) error {
+func (s *Store) checkHistory(r *Record, schema int, st revision) error {
 	if s.ring == nil {
 		return nil
 	}
@@ -81,15 +72,15 @@ func (s *Store) checkHistory(r *Record, schema int, st stored) error {
 
 // storedAt reads the message of the run's record at revision rev from the stream's leader,
 // for a watcher's entry, which carries no headers.
-func (s *Store) storedAt(ctx context.Context, runID string, rev uint64) (stored, error) {
+func (s *Store) storedAt(ctx context.Context, runID string, rev uint64) (revision, error) {
 	m, err := s.leaderGet(ctx, msgGet{Seq: rev})
 	if err != nil {
-		return stored{}, fmt.Errorf("reading checkpoint %q at revision %d: %w", runID, rev, err)
+		return revision{}, fmt.Errorf("reading checkpoint %q at revision %d: %w", runID, rev, err)
 	}
 	if m == nil {
-		return stored{}, fmt.Errorf("reading checkpoint %q at revision %d: %w", runID, rev, ErrNotFound)
+		return revision{}, fmt.Errorf("reading checkpoint %q at revision %d: %w", runID, rev, ErrNotFound)
 	}
-	return stored{value: m.value, rev: m.rev, over: m.over, known: m.known}, nil
+	return *m, nil
 }
 
 // Links remembers, for one watcher of the bucket, the last revision it saw of each run, so
@@ -107,19 +98,14 @@ func (s *Store) DecodeWatched(ctx context.Context, l *Links, key string, b []byt
 	}
 	prev, seen := l.last[key]
 	l.last[key] = rev
+	if !seen || prev >= rev {
+		return s.DecodeEntry(ctx, key, b, rev)
+	}
 	r, schema, err := s.decodeValue(key, b)
 	if err != nil {
 		return nil, err
 	}
-	st := stored{value: b, rev: rev}
-	if seen && schema >= historySchema && prev < rev {
-		st.over, st.known = prev, true
-	} else if s.ring != nil {
-		if st, err = s.storedAt(ctx, key, rev); err != nil {
-			return nil, err
-		}
-	}
-	return s.checked(ctx, r, schema, st)
+	return s.checked(ctx, r, schema, revision{value: b, rev: rev, over: prev, known: true})
 }
 
 // approvalSigMax bounds an approval's signature as read: an ed25519 signature is 86
@@ -142,7 +128,7 @@ func (s *Store) checkApproval(ctx context.Context, r *Record, schema int) error 
 		return fmt.Errorf("checkpoint %q: %w: %w: an approval signature with no approver", r.RunID, ErrCorrupt, ErrForged)
 	case a.Sig == nil:
 		return fmt.Errorf("checkpoint %q: %w: %w: the approval by %q carries no approver's signature", r.RunID, ErrCorrupt, ErrForged, CutText(*a.By, 64))
-	case len(*a.Sig) > approvalSigMax || len(*a.By) > maxSigner*4:
+	case len(*a.Sig) > approvalSigMax || len(*a.By) > planByLen:
 		return fmt.Errorf("checkpoint %q: %w: %w: an approval's signature of %d bytes", r.RunID, ErrCorrupt, ErrForged, len(*a.Sig))
 	}
 	sig := &identity.Sig{By: *a.By, Sig: *a.Sig}
@@ -173,7 +159,7 @@ func (s *Store) History(ctx context.Context, runID string) ([]Revision, error) {
 		if r.op != "" {
 			continue
 		}
-		rec, err := s.decodeStoredMsg(ctx, runID, r.stored())
+		rec, err := s.decodeStoredMsg(ctx, runID, r)
 		out = append(out, Revision{Rev: r.rev, Rec: rec, Err: err})
 	}
 	return out, nil

@@ -153,7 +153,7 @@ func (s *Store) load(ctx context.Context, runID string) (*Record, uint64, []byte
 	if op := m.Header.Get("KV-Operation"); op != "" {
 		return nil, 0, nil, fmt.Errorf("loading checkpoint %q: %w", runID, ErrNotFound)
 	}
-	st := stored{value: m.Data, rev: m.Sequence}
+	st := revision{value: m.Data, rev: m.Sequence}
 	st.over, st.known = over(m.Header)
 	r, err := s.decodeStoredMsg(ctx, runID, st)
 	return r, st.rev, st.value, err
@@ -168,7 +168,7 @@ func (s *Store) DecodeEntry(ctx context.Context, key string, b []byte, rev uint6
 	if err != nil {
 		return nil, err
 	}
-	st := stored{value: b, rev: rev}
+	st := revision{value: b, rev: rev}
 	if s.ring != nil {
 		if st, err = s.storedAt(ctx, key, rev); err != nil {
 			return nil, err
@@ -178,7 +178,7 @@ func (s *Store) DecodeEntry(ctx context.Context, key string, b []byte, rev uint6
 }
 
 // decodeStoredMsg decodes and checks a record as stored.
-func (s *Store) decodeStoredMsg(ctx context.Context, runID string, st stored) (*Record, error) {
+func (s *Store) decodeStoredMsg(ctx context.Context, runID string, st revision) (*Record, error) {
 	r, schema, err := s.decodeValue(runID, st.value)
 	if err != nil {
 		return nil, err
@@ -202,7 +202,7 @@ func (s *Store) decodeValue(runID string, b []byte) (*Record, int, error) {
 }
 
 // checked is r, once its signature (Check) and history (checkHistory) hold.
-func (s *Store) checked(ctx context.Context, r *Record, schema int, st stored) (*Record, error) {
+func (s *Store) checked(ctx context.Context, r *Record, schema int, st revision) (*Record, error) {
 	if err := s.Check(ctx, r, st.rev); err != nil {
 		return nil, fmt.Errorf("loading checkpoint %q: %w", r.RunID, err)
 	}
@@ -225,7 +225,7 @@ func (s *Store) LoadAuthoritative(ctx context.Context, runID string) (*Record, u
 	if last == nil || last.op != "" {
 		return nil, 0, fmt.Errorf("reading checkpoint %q from the leader: %w", runID, ErrNotFound)
 	}
-	r, err := s.decodeStoredMsg(ctx, runID, last.stored())
+	r, err := s.decodeStoredMsg(ctx, runID, *last)
 	return r, last.rev, err
 }
 
@@ -304,7 +304,7 @@ func (s *Store) since(ctx context.Context, runID string, after uint64, written [
 	if last.op != "" {
 		return landed, nil, 0, fmt.Errorf("re-reading checkpoint %q: %w", runID, ErrNotFound)
 	}
-	latest, err = s.decodeStoredMsg(ctx, runID, last.stored())
+	latest, err = s.decodeStoredMsg(ctx, runID, last)
 	return landed, latest, last.rev, err
 }
 
@@ -318,12 +318,8 @@ type revision struct {
 	rev   uint64
 	op    string
 	value []byte
-	over  uint64 // the revision the server checked it was written over
-	known bool   // over is known (the write was a compare-and-set)
-}
-
-func (r revision) stored() stored {
-	return stored{value: r.value, rev: r.rev, over: r.over, known: r.known}
+	over  uint64 // the revision the server checked it was written over (history.go)
+	known bool   // over is known: the write was a compare-and-set (a watcher's memory counts too)
 }
 
 // revisions returns runID's revisions after revision after, oldest first, each read from the

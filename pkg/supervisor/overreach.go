@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -31,7 +32,7 @@ type overreached struct {
 func (s *Supervisor) judge(prev watched, seen bool, rec *kc.Record, rev uint64) bool {
 	key := rec.RunID
 	if _, held := s.over[key]; held {
-		if sg := s.cfg.Store.Signer(); sg != nil && rec.Sig != nil && rec.Sig.By == sg.Name() && rec.Status == kc.HandedOver {
+		if s.handedOverByMe(rec) {
 			delete(s.over, key) // put back and handed over: a person decides
 			return true
 		}
@@ -62,10 +63,6 @@ func (s *Supervisor) judgeHistory(ctx context.Context) {
 		}
 	}
 	s.mu.Unlock()
-	sup := ""
-	if sg := s.cfg.Store.Signer(); sg != nil {
-		sup = sg.Name()
-	}
 	for _, id := range live {
 		hist, err := s.cfg.Store.History(ctx, id)
 		if err != nil {
@@ -75,7 +72,7 @@ func (s *Supervisor) judgeHistory(ctx context.Context) {
 		var bad *overreached
 		for i := 1; i < len(hist); i++ {
 			a, b := hist[i-1], hist[i]
-			if b.Err == nil && b.Rec.Sig != nil && b.Rec.Sig.By == sup && b.Rec.Status == kc.HandedOver {
+			if b.Err == nil && s.handedOverByMe(b.Rec) {
 				bad = nil // a person has it
 				continue
 			}
@@ -97,6 +94,12 @@ func (s *Supervisor) judgeHistory(ctx context.Context) {
 	}
 }
 
+// handedOverByMe: rec is a handover this supervisor signed (a put-back, or any other).
+func (s *Supervisor) handedOverByMe(rec *kc.Record) bool {
+	sg := s.cfg.Store.Signer()
+	return sg != nil && rec.Sig != nil && rec.Sig.By == sg.Name() && rec.Status == kc.HandedOver
+}
+
 // restoreOverreached puts back, as the supervisor's own write, the last good record of every
 // run a writer overreached, handed over (status handed_over, no lease) with a note naming
 // what was changed and by whom: what was written beyond a writer's part is never acted on,
@@ -104,10 +107,7 @@ func (s *Supervisor) judgeHistory(ctx context.Context) {
 // (it fails a reader's own checks) is left to the note of an untrusted record.
 func (s *Supervisor) restoreOverreached(ctx context.Context) {
 	s.mu.Lock()
-	todo := make(map[string]overreached, len(s.over))
-	for k, o := range s.over {
-		todo[k] = o
-	}
+	todo := maps.Clone(s.over)
 	s.mu.Unlock()
 	for runID, o := range todo {
 		if err := s.restore(ctx, runID, o); err != nil {
