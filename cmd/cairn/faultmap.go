@@ -153,7 +153,7 @@ func progressSteps() []string {
 	impls := (&night.Env{}).Steps()
 	var out []string
 	for _, name := range night.Pipeline.Names() {
-		if _, ok := impls[name].(runner.ProgressCounter); ok {
+		if runner.AbilitiesOf(impls[name]).CountsProgress {
 			out = append(out, name)
 		}
 	}

@@ -49,10 +49,15 @@ const Compensator = "compensator"
 
 // Config is a pipeline and how its services run.
 type Config struct {
-	JS       jetstream.JetStream
+	JS jetstream.JetStream
+	// Job is the pipeline and its steps' implementations in one list; Pipeline and Steps
+	// are taken from it (leave them zero).
+	Job Job
+	// Pipeline and Steps are the pipeline and each step's implementation by step name, for a
+	// host that keeps them apart (the reference night, whose definition is read without its
+	// databases): one implementation for every step of Pipeline. Leave them zero with a Job.
 	Pipeline pipeline.Definition
-	// Steps is each step's implementation, by step name: one for every step of Pipeline.
-	Steps map[string]runner.Step
+	Steps    map[string]runner.Step
 	// KeysDir keeps each service's signing seed, <service>.seed: Init makes the missing ones
 	// and registers their public keys; Run signs with them.
 	KeysDir string
@@ -153,6 +158,8 @@ type Config struct {
 	Logger  *slog.Logger
 	Metrics *metrics.Metrics
 	Now     func() time.Time
+
+	jobErr error // a Job given beside a Pipeline or Steps, or with a step broken (withJob)
 }
 
 // Services are the pipeline's services: its steps, in order, the supervisor, the outbox
@@ -160,6 +167,7 @@ type Config struct {
 // when it registers its systems' reversals (Systems, SystemsOf), has an outbox (whose
 // withdrawals it sends), or may wait for a person (whose reject undoes the run).
 func (c Config) Services() []string {
+	c = c.withJob()
 	out := append(c.Pipeline.Names(), Supervisor)
 	if c.Outbox != nil || c.Notices.Any() {
 		out = append(out, OutboxSender)
@@ -180,6 +188,7 @@ func (c Config) gates() bool {
 // Space is the pipeline's share of the NATS account, named after it (assets.SpaceOf); an
 // invalid name is reported by Init and Run.
 func (c Config) Space() assets.Space {
+	c = c.withJob()
 	if c.DefaultSpace {
 		return assets.Default
 	}
@@ -189,6 +198,7 @@ func (c Config) Space() assets.Space {
 
 // Assets is the pipeline's asset configuration.
 func (c Config) Assets() assets.Config {
+	c = c.withJob()
 	return assets.Config{Space: c.Space(), Replicas: c.Replicas, Steps: c.Pipeline.Names(), AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, Limits: c.Sizes}
 }
 
@@ -196,6 +206,9 @@ func (c Config) Assets() assets.Config {
 // needs none).
 func (c Config) validate(withSteps bool) error {
 	var errs []error
+	if c.jobErr != nil {
+		errs = append(errs, fmt.Errorf("the Job: %w", c.jobErr))
+	}
 	if c.JS == nil {
 		errs = append(errs, errors.New("no JetStream"))
 	}
@@ -223,7 +236,7 @@ func (c Config) validate(withSteps bool) error {
 			errs = append(errs, fmt.Errorf("CAIRN_APPROVAL_STEPS names %q, which is not a step of pipeline %q %v", name, c.Pipeline.Name, c.Pipeline.Names()))
 		} else if !def.Leased {
 			errs = append(errs, fmt.Errorf("CAIRN_APPROVAL_STEPS names %q, which cannot wait for approval: it takes no lease (declare it Leased), and a gate holds the whole run", name))
-		} else if _, plans := c.Steps[name].(runner.Planner); withSteps && !plans {
+		} else if withSteps && !runner.AbilitiesOf(c.Steps[name]).Plans {
 			errs = append(errs, fmt.Errorf("CAIRN_APPROVAL_STEPS names %q, which cannot wait for approval: its implementation is no runner.Planner (it cannot say what it will do before it does it)", name))
 		}
 	}
@@ -270,6 +283,7 @@ func (c Config) validate(withSteps bool) error {
 // pipeline in BucketPipelines: the administrator's work, before any service runs. It needs no
 // Steps (with them, the registration names the steps that count their progress).
 func Init(ctx context.Context, c Config) error {
+	c = c.withJob()
 	if err := c.validate(false); err != nil {
 		return err
 	}
@@ -312,6 +326,7 @@ type Handles struct {
 // assets (run Init first), reads each service's seed from KeysDir, and returns nil on a
 // clean stop, or the first service's error that stopped by itself (the others are stopped).
 func Run(ctx context.Context, c Config, services ...string) error {
+	c = c.withJob()
 	for _, s := range services {
 		if !slices.Contains(c.Services(), s) {
 			return fmt.Errorf("no service %q in pipeline %q (%v)", s, c.Pipeline.Name, c.Services())
@@ -387,6 +402,7 @@ func (h *Host) serve(ctx context.Context, ended *atomic.Pointer[error]) error {
 // Open checks the configuration (the steps' implementations included) and the assets (run
 // Init first), and opens what every service of the process shares.
 func Open(ctx context.Context, c Config) (*Host, error) {
+	c = c.withJob()
 	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	if c.Metrics == nil {
 		c.Metrics = metrics.New()

@@ -168,6 +168,7 @@ func Dev(ctx context.Context, d DevConfig, build func(ctx context.Context, js je
 // fill gives c what Dev owns (the connection, the pipeline, the keys' folder under dir, the
 // ack wait) and refuses what the dev server cannot be.
 func (d DevConfig) fill(c Config, js jetstream.JetStream, dir string) (Config, error) {
+	c = c.withJob()
 	var errs []error
 	if c.JS == nil {
 		c.JS = js

@@ -208,7 +208,7 @@ func TestDevRefusals(t *testing.T) {
 	}{
 		{"open host", app.DevConfig{Pipeline: devloop, Host: "0.0.0.0"}, app.Config{}, `host "0.0.0.0" is not a loopback address`},
 		{"no dir", app.DevConfig{Pipeline: devloop}, app.Config{}, "no Dir"},
-		{"another pipeline", app.DevConfig{Pipeline: devloop}, app.Config{Pipeline: greeting(nil, "other", "").Pipeline, Steps: s.steps()}, `its pipeline is "other", not DevConfig's "devloop"`},
+		{"another pipeline", app.DevConfig{Pipeline: devloop}, app.Config{Pipeline: greeting(nil, "other", "").Job.Pipeline(), Steps: s.steps()}, `its pipeline is "other", not DevConfig's "devloop"`},
 		{"another ack wait", app.DevConfig{Pipeline: devloop}, app.Config{Steps: s.steps(), AckWait: time.Second}, "its AckWait 1s is not DevConfig's 30s"},
 		{"replicas", app.DevConfig{Pipeline: devloop}, app.Config{Steps: s.steps(), Replicas: 3}, "the dev server is one node"},
 		{"no steps", app.DevConfig{Pipeline: devloop}, app.Config{}, `step "read" has no implementation`},

@@ -65,7 +65,7 @@ func (r Registration) Definition() pipeline.Definition {
 func (c Config) registration() Registration {
 	s := faultmap.Settings{RetryAttempts: c.RetryAttempts, LoopGuard: c.LoopGuard, RateLimits: map[string]float64{}, SharedLimits: map[string]ratelimit.Limit{}}
 	for name, step := range c.Steps {
-		if _, ok := step.(runner.ProgressCounter); ok {
+		if runner.AbilitiesOf(step).CountsProgress {
 			s.ProgressSteps = append(s.ProgressSteps, name)
 		}
 	}

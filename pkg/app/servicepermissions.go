@@ -55,6 +55,7 @@ func (r Registration) ServicePermissions(service string) (assets.Permissions, er
 // gives them once Init has run (Registration.ServicePermissions): for a host that prints or
 // checks its own users without reading NATS.
 func (c Config) ServicePermissions(service string) (assets.Permissions, error) {
+	c = c.withJob()
 	return c.registration().ServicePermissions(service)
 }
 

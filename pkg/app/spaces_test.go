@@ -15,20 +15,13 @@ import (
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/assets"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
-	"github.com/cairnhq/cairn/pkg/pipeline"
-	"github.com/cairnhq/cairn/pkg/runner"
 )
 
-// greeting is the ExampleRun pipeline under another name.
+// greeting is the ExampleRun job under another name.
 func greeting(js jetstream.JetStream, name, keys string) app.Config {
-	return app.Config{
-		JS: js, KeysDir: keys,
-		Pipeline: pipeline.Definition{Name: name, Input: []string{"name"}, Steps: []pipeline.Step{
-			{Name: "read", Kind: pipeline.SourceRead, Recovery: "read again"},
-			{Name: "shout", Kind: pipeline.ModelCall, Leased: true, Effects: "a paid call", Memo: "<run>.shout.<name>", Recovery: "memoised"},
-		}},
-		Steps: map[string]runner.Step{"read": readName{}, "shout": shout{}},
-	}
+	job := greet
+	job.Name = name
+	return app.Config{JS: js, KeysDir: keys, Job: job}
 }
 
 // Two pipelines with the same step names, runs of the same run id and services in one

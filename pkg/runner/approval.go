@@ -24,7 +24,7 @@ import (
 func (r *Runner) approvalGate(ctx context.Context, a *Attempt, h *kc.Holder, unclear string) (settle settleFunc, wait bool) {
 	plan, err := evidencePlan(unclear)
 	if r.cfg.Approval {
-		plan, err = r.cfg.Step.(Planner).Plan(ctx, a)
+		plan, err = r.hooks.planner.Plan(ctx, a)
 	}
 	if err != nil {
 		return r.fail(ctx, a, h, fmt.Errorf("planning: %w", err)), true

@@ -45,6 +45,9 @@ type Attempt struct {
 
 	memoMu    sync.Mutex
 	memoTries map[string]int // Memo's calls of this attempt, by key
+	memoCalls int            // Memo's calls of this attempt, for their fault points
+
+	extras extras // what the step told of its result besides the output (Park, Count, ...)
 
 	progress *Progress              // what the loop guard counted, for the handover note
 	guarded  *kvcheckpoint.Progress // the loop guard's count, stored with a handover

@@ -26,16 +26,17 @@ func declarationsAgree(c Config) error {
 		return nil
 	}
 	var errs []error
-	if _, checks := c.Step.(SourceChecker); checks != def.ChecksSource {
+	ab := AbilitiesOf(c.Step)
+	if checks := ab.ChecksSource; checks != def.ChecksSource {
 		errs = append(errs, fmt.Errorf("step %q: its definition says it checks the source %t, its implementation %t (a SourceChecker)", c.StepName, def.ChecksSource, checks))
 	}
-	if _, raises := c.Step.(Fencer); raises != def.Fenced {
+	if raises := ab.Fences; raises != def.Fenced {
 		errs = append(errs, fmt.Errorf("step %q: its definition says it is fenced %t, its implementation raises fences %t (a Fencer)", c.StepName, def.Fenced, raises))
 	}
 	if def.Kind == pipeline.ModelCall && def.Memo == "" {
 		errs = append(errs, fmt.Errorf("step %q: a model call that is not memoised (its definition names no Memo): a restart would pay for every answer again", c.StepName))
 	}
-	if _, verifies := c.Step.(Verifier); def.Writes() && !verifies {
+	if verifies := ab.Verifies; def.Writes() && !verifies {
 		errs = append(errs, fmt.Errorf("step %q: it writes to an outside system (%s) but verifies nothing before it is done (a runner.Verifier that checks what it wrote): a write that did not land would be committed as done", c.StepName, cmp.Or(def.Effects, string(def.Kind))))
 	}
 	if def.Writes() && def.Key == "" {

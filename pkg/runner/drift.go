@@ -50,8 +50,8 @@ func (r *Runner) checkDrift(ctx context.Context, a *Attempt, cur *kc.Record) err
 		a.drift.vouched = true
 		return nil
 	}
-	sc, ok := r.cfg.Step.(SourceChecker)
-	if !ok || !r.def.ChecksSource {
+	sc := r.hooks.sourceChecker
+	if sc == nil || !r.def.ChecksSource {
 		return nil // unmarked: the next step checks
 	}
 	changed, err := sc.CheckSource(ctx, a, *cur.SourceFingerprint)

@@ -27,6 +27,9 @@ func (r *Runner) runWithHeartbeat(ctx context.Context, m jetstream.Msg, a *Attem
 		if res == nil {
 			res = &Result{}
 		}
+		a.mu.Lock()
+		a.extras.fold(res, nil) // a step written as a type may tell them too
+		a.mu.Unlock()
 		outs, err = r.saveAndVerify(ctx, a, res)
 		return err
 	})
@@ -55,7 +58,7 @@ func (r *Runner) saveAndVerify(ctx context.Context, a *Attempt, res *Result) (ou
 	if err != nil {
 		return outs, err
 	}
-	if v, ok := r.cfg.Step.(Verifier); ok {
+	if v := r.hooks.verifier; v != nil {
 		err := v.Verify(ctx, a, res)
 		var an *anomaly
 		if errors.As(err, &an) {

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/pkg/faults"
 )
 
 // ErrNoMemo: the runner was given no memo bucket (Config.Memo), so a step cannot memoise.
@@ -23,7 +25,9 @@ const MemoEvent = "memo.called"
 // attempt or any later one (a restart, a takeover). The answer is saved in the memo bucket
 // as <run_id>.<key> (key: letters, digits, '-', '_', '=' and '.' separated tokens), word for
 // word. Each call is recorded on the timeline (MemoEvent, item key, the attempt's try of
-// the key) before it is made. An
+// the key) before it is made. The attempt's Memo calls are its item loop's fault points:
+// faults.BeforeWrite before a call is made and faults.AfterWrite once an answer is saved
+// or found, numbered from 1 in the order of the attempt's Memo calls. An
 // error of call is returned as it is and saves nothing (wrap it with Temporary for one
 // worth retrying; Attempt.Retry retries in the attempt). When two attempts raced past the
 // read, the first answer saved stands and is returned to both.
@@ -33,8 +37,12 @@ func (a *Attempt) Memo(ctx context.Context, key string, call func(ctx context.Co
 		return nil, ErrNoMemo
 	}
 	full := a.RunID + "." + key
+	a.memoMu.Lock()
+	a.memoCalls++
+	n := a.memoCalls
+	a.memoMu.Unlock()
 	if e, err := kv.Get(ctx, full); err == nil {
-		return e.Value(), nil
+		return e.Value(), a.Fault(ctx, faults.AfterWrite, n)
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, Temporary(fmt.Errorf("reading memo %q: %w", full, err))
 	}
@@ -45,6 +53,9 @@ func (a *Attempt) Memo(ctx context.Context, key string, call func(ctx context.Co
 	try := a.memoTries[key]
 	a.memoTries[key]++
 	a.memoMu.Unlock()
+	if err := a.Fault(ctx, faults.BeforeWrite, n); err != nil {
+		return nil, err
+	}
 	if err := a.AuditNow(ctx, MemoEvent, key, try, nil); err != nil {
 		return nil, Temporary(err)
 	}
@@ -53,7 +64,7 @@ func (a *Attempt) Memo(ctx context.Context, key string, call func(ctx context.Co
 		return nil, err
 	}
 	if _, err := kv.Create(ctx, full, answer); err == nil {
-		return answer, nil
+		return answer, a.Fault(ctx, faults.AfterWrite, n)
 	} else if !errors.Is(err, jetstream.ErrKeyExists) {
 		return nil, Temporary(fmt.Errorf("saving memo %q: %w", full, err))
 	}
@@ -64,7 +75,7 @@ func (a *Attempt) Memo(ctx context.Context, key string, call func(ctx context.Co
 	if !bytes.Equal(e.Value(), answer) {
 		a.log.Warn("another attempt memoised a different answer first; it stands", slog.String("memo", full))
 	}
-	return e.Value(), nil
+	return e.Value(), a.Fault(ctx, faults.AfterWrite, n)
 }
 
 // Memoised counts the answers memoised for this run whose keys (as given to Memo) start with

@@ -54,8 +54,8 @@ func NextProgress(prev *kc.Progress, step string, count int) kc.Progress {
 
 // counter is the step's progress counter, if it has one.
 func (r *Runner) counter() (ProgressCounter, bool) {
-	pc, ok := r.cfg.Step.(ProgressCounter)
-	return pc, ok
+	pc := r.hooks.counter
+	return pc, pc != nil
 }
 
 // count asks the step what it made durable, remembering the answer on the attempt for its

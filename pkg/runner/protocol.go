@@ -172,7 +172,7 @@ func (r *Runner) hold(ctx context.Context, m jetstream.Msg, a *Attempt, h *kc.Ho
 			}
 		}
 		// 5. Fences first.
-		if f, ok := r.cfg.Step.(Fencer); ok && r.def.Fenced {
+		if f := r.hooks.fencer; f != nil && r.def.Fenced {
 			if err := f.RaiseFences(ctx, a, a.Token); err != nil {
 				return fmt.Errorf("raising fences: %w", err)
 			}
@@ -399,7 +399,7 @@ func (r *Runner) overParkLimit(res *Result) string {
 // versions are the versions this runner's step runs under: the code's, and the step's own.
 func (r *Runner) versions() kc.Versions {
 	var v kc.Versions
-	if vs, ok := r.cfg.Step.(Versioner); ok {
+	if vs := r.hooks.versioner; vs != nil {
 		v = vs.Versions()
 	}
 	code := r.cfg.CodeVersion

@@ -121,7 +121,7 @@ func (c Config) validate() error {
 	if !lease.ValidService(c.Service) {
 		errs = append(errs, fmt.Errorf("service %q is not one subject token of letters, digits, '-' and '_' (it names the owner inbox)", cut(c.Service, 64)))
 	}
-	if _, ok := c.Step.(Planner); c.Approval && !ok {
+	if c.Approval && !AbilitiesOf(c.Step).Plans {
 		errs = append(errs, fmt.Errorf("step %q cannot wait for approval: it cannot plan", c.StepName))
 	}
 	if def, ok := c.Pipeline.Step(c.StepName); ok && (c.Approval || def.Irreversible) && !def.Leased {
@@ -153,6 +153,7 @@ func (c Config) validate() error {
 type Runner struct {
 	cfg   Config
 	def   pipeline.Step
+	hooks hooks // what the step does besides Run
 	owner kvcheckpoint.Owner
 	// takeover releases the lease of an owner proven gone (the fast takeover).
 	takeover lease.Takeover
@@ -182,7 +183,7 @@ func New(c Config) (*Runner, error) {
 	}
 	def, _ := c.Pipeline.Step(c.StepName)
 	owner := lease.NewOwner(c.Space, c.Service)
-	r := &Runner{
+	r := &Runner{hooks: hooksOf(c.Step),
 		cfg: c, def: def, owner: owner,
 		audit:   audit.New(c.JS, c.Service, c.Now).In(c.Space),
 		log:     c.Logger.With(slog.String("step", c.StepName), slog.String("owner", owner.Name)),
