@@ -148,13 +148,3 @@ func TestTemporaryMarks(t *testing.T) {
 		t.Error("an unmarked error is temporary")
 	}
 }
-
-func ExamplePolicy() {
-	p := retry.Policy{First: 100 * time.Millisecond, Factor: 2, Max: 5 * time.Second, Jitter: 0.1, Tries: 3}
-	lo, hi := p.Bounds(1)
-	fmt.Println(p)
-	fmt.Println(lo, hi)
-	// Output:
-	// 100ms, ×2 up to 5s, ±10%, 3 tries
-	// 180ms 220ms
-}
