@@ -80,3 +80,42 @@ func Example() {
 	// run-7:rec-0001 [rec-0001 42]
 	// 1 <nil>
 }
+
+// A job that changes another row with each keyed row (here a running total) does it in the
+// keyed row's transaction, and only when the row was inserted: a repeat changes nothing.
+func ExampleStore_Insert() {
+	dir, _ := os.MkdirTemp("", "sqlidem-example")
+	defer os.RemoveAll(dir)
+	db, _ := sql.Open("sqlite", "file:"+filepath.Join(dir, "points.db")+
+		"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	defer db.Close()
+	ctx := context.Background()
+
+	awards, _ := sqlidem.New(db, fence.SQLite, sqlidem.Table{
+		Name:    "awards",
+		Columns: []sqlidem.Column{{Name: "points", Type: "INTEGER NOT NULL"}},
+	})
+	_ = awards.Create(ctx)
+	_, _ = db.ExecContext(ctx, `CREATE TABLE totals(id TEXT PRIMARY KEY, points INTEGER NOT NULL)`)
+	_, _ = db.ExecContext(ctx, `INSERT INTO totals VALUES ('all', 0)`)
+
+	tok := fence.Token{RunID: "run-7", Epoch: "e7f3c1d2", Value: 12}
+	award := func(key string, points int) error {
+		return sqlidem.Write(ctx, db, fence.SQLite, func(tx *sql.Tx) error {
+			row := sqlidem.Row{Key: key, Payload: fmt.Appendf(nil, "points=%d", points), Values: []any{points}}
+			inserted, err := awards.Insert(ctx, tx, tok, row)
+			if err != nil || !inserted {
+				return err
+			}
+			_, err = tx.ExecContext(ctx, `UPDATE totals SET points = points + ? WHERE id = 'all'`, points)
+			return err
+		})
+	}
+	fmt.Println(award("run-7:a", 5), award("run-7:b", 3), award("run-7:a", 5)) // the last a repeat
+	var total int
+	_ = db.QueryRowContext(ctx, `SELECT points FROM totals WHERE id = 'all'`).Scan(&total)
+	fmt.Println(total)
+	// Output:
+	// <nil> <nil> <nil>
+	// 8
+}

@@ -58,9 +58,9 @@ func Write(ctx context.Context, db *sql.DB, d fence.Dialect, fn func(tx *sql.Tx)
 // true when r was inserted, false when its key already held the same payload (nothing
 // changes). A key holding another payload is an [idempotency.ConflictError] naming the key
 // and both digests (errors.Is idempotency.ErrConflict); a fence held by a higher token is
-// fence.ErrFenced, another epoch fence.ErrForeignEpoch; a key outside tok's run, or values
-// that do not match the columns, [ErrInvalid]. None of them writes anything. The database's
-// transient errors are temporary ([Transient]).
+// fence.ErrFenced, another epoch fence.ErrForeignEpoch; a key outside tok's run, a row
+// without its payload, or values that do not match the columns, [ErrInvalid]. None of them
+// writes anything. The database's transient errors are temporary ([Transient]).
 func (s *Store) Put(ctx context.Context, tok fence.Token, r Row) (inserted bool, err error) {
 	if err := s.check(tok, r); err != nil {
 		return false, fmt.Errorf("writing %s row %q: %w", s.t.Name, r.Key, err)
