@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/cairnhq/cairn/pkg/fence"
+	"github.com/cairnhq/cairn/pkg/sqlidem"
 )
 
 // DB is one outside database: the ledger, or the ERP database that holds the
@@ -155,30 +156,11 @@ func (db *DB) Stock(shadow bool) *Stock {
 	return &Stock{db: db, t: tablesFor(shadow)}
 }
 
-// write runs fn in one write transaction and commits it when fn returns nil.
+// write runs fn in one write transaction and commits it when fn returns nil, its errors
+// classed by sqlidem.Transient (sqlidem.Write: READ COMMITTED on PostgreSQL, where the
+// fence upsert's row lock queues the writes of a run).
 func (db *DB) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	var opts *sql.TxOptions
-	if db.dialect == fence.Postgres {
-		// Said, not assumed: a server whose default is SERIALIZABLE would fail
-		// concurrent posters with serialization errors. Under READ COMMITTED the
-		// fence upsert's row lock queues the writes of a run, and an insert that
-		// meets a key committed meanwhile does nothing and reads it back.
-		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
-	}
-	tx, err := db.sql.BeginTx(ctx, opts)
-	if err != nil {
-		return transient(fmt.Errorf("beginning transaction: %w", err))
-	}
-	defer tx.Rollback() // a no-op after Commit
-	if err := fn(tx); err != nil {
-		return transient(err)
-	}
-	if err := tx.Commit(); err != nil {
-		// The commit's answer may be lost with the connection: a retry finds the keyed
-		// rows there with the same payload, so a lost connection is temporary here too.
-		return transient(fmt.Errorf("committing: %w", err))
-	}
-	return nil
+	return sqlidem.Write(ctx, db.sql, db.dialect, fn)
 }
 
 // orderByKey orders rows by key in byte order, as SQLite's BINARY collation

@@ -2,11 +2,18 @@
 // and the stock store, SQL databases written only through keyed, fenced writes
 // (DESIGN.md, "The outside systems").
 //
-// Every write is one transaction: the fence check ([fence.Hold] in the
+// Every write is one transaction ([sqlidem.Write]): the fence check ([fence.Hold] in the
 // transaction), then the insert under the write's idempotency key. A key that
 // already holds the same payload is a no-op that changes nothing else; a key
 // that holds another payload is [ErrConflict], naming both. A stock adjustment
 // changes stock_levels in the same transaction, and only when it was inserted.
+// The database's transient errors are temporary by [sqlidem.Transient], the one
+// decision every SQL store of Cairn shares.
+//
+// The keyed insert is this package's own rather than a [sqlidem.Store]'s: the
+// contract's tables keep no digest column, so a repeat is told from a conflict by
+// comparing the stored row's payload columns (every column but key and created_at),
+// and a conflict names the columns that differ beside both digests.
 //
 // The tables are a contract, the same in SQLite and PostgreSQL, and one contract
 // suite runs against both. Queries are written with ? placeholders and rebound

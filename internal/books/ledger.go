@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/pkg/fence"
+	"github.com/cairnhq/cairn/pkg/sqlidem"
 )
 
 // Entry is a ledger_entries row.
@@ -68,7 +69,7 @@ type Ledger struct {
 // person checked a run handed over for a foreign epoch).
 func (l *Ledger) AdoptFence(ctx context.Context, t fence.Token) error {
 	if err := fence.Adopt(ctx, l.db.sql, l.db.dialect, l.t.fences, t); err != nil {
-		return transient(fmt.Errorf("adopting ledger fence: %w", err))
+		return sqlidem.Transient(fmt.Errorf("adopting ledger fence: %w", err))
 	}
 	return nil
 }
@@ -77,7 +78,7 @@ func (l *Ledger) AdoptFence(ctx context.Context, t fence.Token) error {
 // call it right after taking a lease.
 func (l *Ledger) RaiseFence(ctx context.Context, t fence.Token) error {
 	if err := fence.Hold(ctx, l.db.sql, l.db.dialect, l.t.fences, t); err != nil {
-		return transient(fmt.Errorf("raising ledger fence: %w", err))
+		return sqlidem.Transient(fmt.Errorf("raising ledger fence: %w", err))
 	}
 	return nil
 }
@@ -177,7 +178,7 @@ func (l *Ledger) get(ctx context.Context, q rowQuerier, key string) (Entry, bool
 		return Entry{}, false, nil
 	}
 	if err != nil {
-		return Entry{}, false, transient(fmt.Errorf("reading ledger entry %q: %w", key, err))
+		return Entry{}, false, sqlidem.Transient(fmt.Errorf("reading ledger entry %q: %w", key, err))
 	}
 	return e, true, nil
 }
@@ -192,19 +193,19 @@ func (l *Ledger) Get(ctx context.Context, key string) (Entry, bool, error) {
 func (l *Ledger) ListRun(ctx context.Context, runID string) ([]Entry, error) {
 	rows, err := l.db.sql.QueryContext(ctx, l.db.q(`SELECT `+entryColumns+` FROM `+l.t.ledger+` WHERE run_id = ?`+l.db.orderByKey()), runID)
 	if err != nil {
-		return nil, transient(fmt.Errorf("listing ledger entries of run %q: %w", runID, err))
+		return nil, sqlidem.Transient(fmt.Errorf("listing ledger entries of run %q: %w", runID, err))
 	}
 	defer rows.Close()
 	var entries []Entry
 	for rows.Next() {
 		e, err := scanEntry(rows)
 		if err != nil {
-			return nil, transient(fmt.Errorf("listing ledger entries of run %q: %w", runID, err))
+			return nil, sqlidem.Transient(fmt.Errorf("listing ledger entries of run %q: %w", runID, err))
 		}
 		entries = append(entries, e)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, transient(fmt.Errorf("listing ledger entries of run %q: %w", runID, err))
+		return nil, sqlidem.Transient(fmt.Errorf("listing ledger entries of run %q: %w", runID, err))
 	}
 	return entries, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+
+	"github.com/cairnhq/cairn/pkg/sqlidem"
 )
 
 // Level is a stock_levels row's quantity and value.
@@ -39,7 +41,7 @@ func (s *Stock) Levels(ctx context.Context, warehouse string, skus []string) (ma
 		return rows.Err()
 	})
 	if err != nil {
-		return nil, transient(fmt.Errorf("reading stock levels of warehouse %q: %w", warehouse, err))
+		return nil, sqlidem.Transient(fmt.Errorf("reading stock levels of warehouse %q: %w", warehouse, err))
 	}
 	return levels, nil
 }

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+
+	"github.com/cairnhq/cairn/pkg/sqlidem"
 )
 
 // A reversal row (one whose reverses names a key) is taken only as the exact negation of a
@@ -57,7 +59,7 @@ func (l *Ledger) checkReversal(ctx context.Context, tx *sql.Tx, e Entry) error {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil
 	case err != nil:
-		return transient(fmt.Errorf("reading the reversals of %q: %w", e.Reverses, err))
+		return sqlidem.Transient(fmt.Errorf("reading the reversals of %q: %w", e.Reverses, err))
 	case other != e.Key:
 		return fmt.Errorf("reversal %q of %q: %w by %q", e.Key, e.Reverses, ErrAlreadyReversed, other)
 	}
@@ -106,7 +108,7 @@ func (s *Stock) checkReversal(ctx context.Context, tx *sql.Tx, a Adjustment) err
 	case errors.Is(err, sql.ErrNoRows):
 		return nil
 	case err != nil:
-		return transient(fmt.Errorf("reading the reversals of %q: %w", a.Reverses, err))
+		return sqlidem.Transient(fmt.Errorf("reading the reversals of %q: %w", a.Reverses, err))
 	case other != a.Key:
 		return fmt.Errorf("reversal %q of %q: %w by %q", a.Key, a.Reverses, ErrAlreadyReversed, other)
 	}

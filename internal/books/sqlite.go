@@ -10,6 +10,7 @@ import (
 	"github.com/cairnhq/cairn/internal/sqlitefile"
 	"github.com/cairnhq/cairn/pkg/fence"
 	"github.com/cairnhq/cairn/pkg/retry"
+	"github.com/cairnhq/cairn/pkg/sqlidem"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
@@ -35,7 +36,7 @@ func openSQLiteFile(ctx context.Context, dsn, path string) (*DB, error) {
 	// itself: when several services open it at once, SQLite answers the others
 	// SQLITE_BUSY at once, without waiting out the busy timeout (two readers
 	// each wanting to write would deadlock). They try again until it is done.
-	err = openRetry.Do(ctx, func(err error) bool { return transientCause(err) }, func(int) error {
+	err = openRetry.Do(ctx, func(err error) bool { return retry.IsTemporary(sqlidem.Transient(err)) }, func(int) error {
 		return db.init(ctx)
 	})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/cairnhq/cairn/pkg/fence"
+	"github.com/cairnhq/cairn/pkg/sqlidem"
 )
 
 // Adjustment is a stock_adjustments row.
@@ -44,7 +45,7 @@ type Stock struct {
 // AdoptFence moves the run's fence to t's epoch and token, as Ledger.AdoptFence.
 func (s *Stock) AdoptFence(ctx context.Context, t fence.Token) error {
 	if err := fence.Adopt(ctx, s.db.sql, s.db.dialect, s.t.fences, t); err != nil {
-		return transient(fmt.Errorf("adopting stock fence: %w", err))
+		return sqlidem.Transient(fmt.Errorf("adopting stock fence: %w", err))
 	}
 	return nil
 }
@@ -53,7 +54,7 @@ func (s *Stock) AdoptFence(ctx context.Context, t fence.Token) error {
 // call it right after taking a lease.
 func (s *Stock) RaiseFence(ctx context.Context, t fence.Token) error {
 	if err := fence.Hold(ctx, s.db.sql, s.db.dialect, s.t.fences, t); err != nil {
-		return transient(fmt.Errorf("raising stock fence: %w", err))
+		return sqlidem.Transient(fmt.Errorf("raising stock fence: %w", err))
 	}
 	return nil
 }
@@ -154,7 +155,7 @@ func (s *Stock) get(ctx context.Context, q rowQuerier, key string) (Adjustment, 
 		return Adjustment{}, false, nil
 	}
 	if err != nil {
-		return Adjustment{}, false, transient(fmt.Errorf("reading stock adjustment %q: %w", key, err))
+		return Adjustment{}, false, sqlidem.Transient(fmt.Errorf("reading stock adjustment %q: %w", key, err))
 	}
 	return a, true, nil
 }
@@ -169,19 +170,19 @@ func (s *Stock) Get(ctx context.Context, key string) (Adjustment, bool, error) {
 func (s *Stock) ListRun(ctx context.Context, runID string) ([]Adjustment, error) {
 	rows, err := s.db.sql.QueryContext(ctx, s.db.q(`SELECT `+adjustmentColumns+` FROM `+s.t.adjustments+` WHERE run_id = ?`+s.db.orderByKey()), runID)
 	if err != nil {
-		return nil, transient(fmt.Errorf("listing stock adjustments of run %q: %w", runID, err))
+		return nil, sqlidem.Transient(fmt.Errorf("listing stock adjustments of run %q: %w", runID, err))
 	}
 	defer rows.Close()
 	var adjs []Adjustment
 	for rows.Next() {
 		a, err := scanAdjustment(rows)
 		if err != nil {
-			return nil, transient(fmt.Errorf("listing stock adjustments of run %q: %w", runID, err))
+			return nil, sqlidem.Transient(fmt.Errorf("listing stock adjustments of run %q: %w", runID, err))
 		}
 		adjs = append(adjs, a)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, transient(fmt.Errorf("listing stock adjustments of run %q: %w", runID, err))
+		return nil, sqlidem.Transient(fmt.Errorf("listing stock adjustments of run %q: %w", runID, err))
 	}
 	return adjs, nil
 }

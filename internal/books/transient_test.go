@@ -18,7 +18,8 @@ import (
 	"github.com/cairnhq/cairn/pkg/runner"
 )
 
-// assertRetried checks that the runner takes err for temporary: an item retry, no handover.
+// assertRetried checks that the runner takes err for temporary (sqlidem.Transient marked
+// it): an item retry, no handover.
 func assertRetried(t *testing.T, err error) {
 	t.Helper()
 	if err == nil {
@@ -99,16 +100,6 @@ func waitLockWaiter(t *testing.T, db *sql.DB) int {
 	}
 }
 
-// cmpErr is the first of errs that is not nil.
-func cmpErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func terminate(t *testing.T, db *sql.DB, pid int) {
 	t.Helper()
 	var ok bool
@@ -139,7 +130,7 @@ func TestPostgresTerminatedWriteIsTemporary(t *testing.T) {
 	terminate(t, admin.SQL(), waitLockWaiter(t, admin.SQL()))
 	err = <-done
 	var pg *pgconn.PgError
-	if !errors.As(err, &pg) || pg.Code != pgAdminShutdown {
+	if !errors.As(err, &pg) || pg.Code != "57P01" {
 		t.Logf("Post of a terminated backend: %v (not a 57P01 PgError: the connection's end came first)", err)
 	}
 	assertRetried(t, err)
@@ -154,109 +145,17 @@ func TestPostgresTerminatedWriteIsTemporary(t *testing.T) {
 	}
 }
 
-// Errors of real PostgreSQL sessions, each passed through the books' marking.
-func TestPostgresTransientErrors(t *testing.T) {
-	db := openDSN(t, pgtest.DSN(t))
-	ctx := t.Context()
-	for _, k := range []string{"a", "b"} {
-		if _, err := db.Ledger(false).Post(ctx, token(1), entry("INV-"+k, 1, "price", 100)); err != nil {
+// A conflict is not temporary: no retry changes what either attempt wrote. (Which errors of
+// real PostgreSQL sessions are temporary is sqlidem's, tested there.)
+func TestConflictIsNotTemporary(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		db := b.open(t)
+		e := entry("INV-a", 1, "price", 100)
+		if _, err := db.Ledger(false).Post(t.Context(), token(1), e); err != nil {
 			t.Fatal(err)
 		}
-	}
-	keyA, keyB := entry("INV-a", 1, "price", 100).Key, entry("INV-b", 1, "price", 100).Key
-
-	t.Run("serialization failure 40001", func(t *testing.T) {
-		serial := &sql.TxOptions{Isolation: sql.LevelSerializable}
-		tx1, err := db.SQL().BeginTx(ctx, serial)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx1.Rollback()
-		tx2, err := db.SQL().BeginTx(ctx, serial)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx2.Rollback()
-		// Each reads the sum, then writes what changes it: write skew, which SERIALIZABLE refuses.
-		for _, tx := range []*sql.Tx{tx1, tx2} {
-			var sum int64
-			if err := tx.QueryRowContext(ctx, `SELECT sum(amount_paise) FROM ledger_entries`).Scan(&sum); err != nil {
-				t.Fatal(err)
-			}
-		}
-		_, err1 := tx1.ExecContext(ctx, `UPDATE ledger_entries SET amount_paise = 1 WHERE key = $1`, keyA)
-		_, err2 := tx2.ExecContext(ctx, `UPDATE ledger_entries SET amount_paise = 1 WHERE key = $1`, keyB)
-		err = errors.Join(err1, err2)
-		if err == nil {
-			if err = tx1.Commit(); err == nil {
-				err = tx2.Commit()
-			}
-		}
-		var pg *pgconn.PgError
-		if !errors.As(err, &pg) || pg.Code != pgSerializationFailure {
-			t.Fatalf("write skew under SERIALIZABLE: %v, want 40001", err)
-		}
-		assertRetried(t, transient(err))
-	})
-
-	t.Run("deadlock 40P01", func(t *testing.T) {
-		tx1, err := db.SQL().BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx1.Rollback()
-		tx2, err := db.SQL().BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx2.Rollback()
-		lock := `SELECT key FROM ledger_entries WHERE key = $1 FOR UPDATE`
-		if _, err := tx1.ExecContext(ctx, lock, keyA); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx2.ExecContext(ctx, lock, keyB); err != nil {
-			t.Fatal(err)
-		}
-		first := make(chan error, 1)
-		go func() { _, err := tx1.ExecContext(ctx, lock, keyB); first <- err }()
-		waitLockWaiter(t, db.SQL())
-		_, err2 := tx2.ExecContext(ctx, lock, keyA)
-		_ = tx2.Rollback() // frees tx1 when tx2 was not the victim
-		err1 := <-first
-		err = cmpErr(err1, err2)
-		var pg *pgconn.PgError
-		if !errors.As(err, &pg) || pg.Code != pgDeadlockDetected {
-			t.Fatalf("two transactions locking in opposite orders: %v / %v, want 40P01", err1, err2)
-		}
-		assertRetried(t, transient(err))
-	})
-
-	t.Run("admin shutdown 57P01 and the closed connection", func(t *testing.T) {
-		c, err := db.SQL().Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		var pid int
-		if err := c.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-			t.Fatal(err)
-		}
-		terminate(t, db.SQL(), pid)
-		_, err = c.ExecContext(ctx, `SELECT 1`)
-		t.Logf("the terminated session's next query: %v", err)
-		assertRetried(t, transient(err))
-		_, err = c.ExecContext(ctx, `SELECT 1`)
-		t.Logf("and the one after: %v", err)
-		assertRetried(t, transient(err))
-	})
-
-	t.Run("not transient", func(t *testing.T) {
-		_, err := db.SQL().ExecContext(ctx, `SELECT * FROM no_such_table`)
-		var pg *pgconn.PgError
-		if !errors.As(err, &pg) || transient(err) != err || runner.IsTemporary(err) {
-			t.Fatalf("an undefined table (%v) is marked temporary", err)
-		}
-		if _, err := db.Ledger(false).Post(ctx, token(1), Entry{Key: keyA, RunID: run, InvoiceNo: "INV-a", Line: 1, Kind: "price", SupplierID: "SUP-7", AmountPaise: 5, CreatedAt: at}); !errors.Is(err, ErrConflict) || runner.IsTemporary(err) {
+		e.AmountPaise = 5
+		if _, err := db.Ledger(false).Post(t.Context(), token(1), e); !errors.Is(err, ErrConflict) || runner.IsTemporary(err) {
 			t.Fatalf("a conflict: %v, want ErrConflict, not temporary", err)
 		}
 	})

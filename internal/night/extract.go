@@ -16,6 +16,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/faults"
 	"github.com/cairnhq/cairn/pkg/idempotency"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
+	"github.com/cairnhq/cairn/pkg/retry"
 	"github.com/cairnhq/cairn/pkg/runner"
 )
 
@@ -136,8 +137,8 @@ func (s extractStep) answer(ctx context.Context, a *runner.Attempt, d recon.Docu
 		case errors.As(err, &unreadable):
 			memo = memoAnswer{Unreadable: reason(err)}
 			valid = !unreadable.Invalid
-		case errors.Is(err, recon.ErrTemporary):
-			return runner.Temporary(err)
+		case errors.Is(err, retry.ErrTemporary):
+			return err // retried
 		case err != nil:
 			return err
 		default:

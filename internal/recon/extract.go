@@ -12,7 +12,7 @@ import (
 // Extractor turns a document into an answer (the model's words); the answer is saved
 // word for word and read with ParseAnswer, so a saved answer never needs asking again.
 // An *UnreadableError is permanent for that invoice (it is parked); an error wrapping
-// ErrTemporary is retried; any other error stops the run and hands it over.
+// retry.ErrTemporary is retried; any other error stops the run and hands it over.
 type Extractor interface {
 	Extract(ctx context.Context, invoiceNo string, doc []byte) (answer []byte, err error)
 	Versions() ExtractorVersions

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/pkg/ratelimit"
+	"github.com/cairnhq/cairn/pkg/retry"
 )
 
 // ModelPromptVersion is the version of ModelPrompt; a change is a version change of extract.
@@ -28,13 +29,11 @@ const ModelPrompt = `You read one supplier invoice (plain text) and answer with 
 Money is in paise (rupees × 100, integers). The supplier id and the warehouse code are the bracketed codes.
 If the document is not an invoice you can read, answer {"unreadable": "<why>"}.`
 
-// ErrTemporary marks an extractor failure worth retrying: a timeout, a 429, a 5xx.
-var ErrTemporary = errors.New("temporary")
-
 // ModelExtractor asks an OpenAI-compatible chat-completions API. Its answer is the model's
 // message content, word for word; an answer that is not line-item JSON, or a refusal, is
-// an UnreadableError (the invoice is parked); 429, 5xx and timeouts wrap ErrTemporary; any
-// other failure (a wrong key, a wrong model name) is neither, and stops the run.
+// an UnreadableError (the invoice is parked); 429, 5xx and timeouts wrap
+// retry.ErrTemporary; any other failure (a wrong key, a wrong model name) is neither, and
+// stops the run.
 type ModelExtractor struct {
 	BaseURL string // e.g. https://api.openai.com/v1
 	Model   string
@@ -91,7 +90,7 @@ func (m *ModelExtractor) Extract(ctx context.Context, invoiceNo string, doc []by
 			if errors.Is(err, ratelimit.ErrState) {
 				return nil, fmt.Errorf("waiting for the model's rate limit: %w", err)
 			}
-			return nil, fmt.Errorf("%w: waiting for the model's rate limit: %w", ErrTemporary, err)
+			return nil, fmt.Errorf("%w: waiting for the model's rate limit: %w", retry.ErrTemporary, err)
 		}
 	}
 	// The call's time starts at its grant.
@@ -114,19 +113,19 @@ func (m *ModelExtractor) Extract(ctx context.Context, invoiceNo string, doc []by
 	}
 	resp, err := cmp.Or(m.Client, http.DefaultClient).Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%w: asking the model about %s: %w", ErrTemporary, invoiceNo, err)
+		return nil, fmt.Errorf("%w: asking the model about %s: %w", retry.ErrTemporary, invoiceNo, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return nil, fmt.Errorf("%w: reading the model's answer about %s: %w", ErrTemporary, invoiceNo, err)
+		return nil, fmt.Errorf("%w: reading the model's answer about %s: %w", retry.ErrTemporary, invoiceNo, err)
 	}
 	switch {
 	case resp.StatusCode == http.StatusTooManyRequests:
 		m.pause(ctx, resp.Header.Get("Retry-After"))
-		return nil, fmt.Errorf("%w: the model is rate limited (429) for %s", ErrTemporary, invoiceNo)
+		return nil, fmt.Errorf("%w: the model is rate limited (429) for %s", retry.ErrTemporary, invoiceNo)
 	case resp.StatusCode >= 500:
-		return nil, fmt.Errorf("%w: the model answered %d for %s", ErrTemporary, resp.StatusCode, invoiceNo)
+		return nil, fmt.Errorf("%w: the model answered %d for %s", retry.ErrTemporary, resp.StatusCode, invoiceNo)
 	case resp.StatusCode != http.StatusOK:
 		return nil, fmt.Errorf("the model refused the request for %s: %d %s", invoiceNo, resp.StatusCode, cut(string(raw), 200))
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cairnhq/cairn/internal/natstest"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
+	"github.com/cairnhq/cairn/pkg/retry"
 )
 
 // fakeModel speaks the chat-completions API: it reads the invoice with the rules, unless
@@ -120,7 +121,7 @@ func TestModelExtractor(t *testing.T) {
 			return true
 		}, func(t *testing.T, answer []byte, err error) {
 			var u *UnreadableError
-			if err == nil || errors.Is(err, ErrTemporary) || errors.As(err, &u) {
+			if err == nil || errors.Is(err, retry.ErrTemporary) || errors.As(err, &u) {
 				t.Fatalf("a 401: %v, want an error that is neither temporary nor unreadable (it stops the run)", err)
 			}
 		}},
@@ -153,7 +154,7 @@ func TestModelExtractor(t *testing.T) {
 
 func temporary(t *testing.T, answer []byte, err error) {
 	t.Helper()
-	if !errors.Is(err, ErrTemporary) {
+	if !errors.Is(err, retry.ErrTemporary) {
 		t.Fatalf("got %v (answer %s), want a temporary error", err, answer)
 	}
 }

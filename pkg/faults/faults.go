@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cairnhq/cairn/pkg/retry"
 )
 
 // Points a fault can fire at.
@@ -33,7 +35,9 @@ var points = []string{BeforeCommit, AfterCommit, BeforeWrite, AfterWrite, LostRe
 
 // Error classes an error action returns.
 var (
-	ErrTemporary = errors.New("injected temporary fault")
+	// ErrTemporary is an injected fault of the temporary class: it says "injected", and it
+	// is retry.ErrTemporary too, as every temporary error is.
+	ErrTemporary = retry.Temporary(errors.New("injected temporary fault"))
 	ErrPermanent = errors.New("injected permanent fault")
 	ErrUnknown   = errors.New("injected unknown fault")
 )

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/pkg/faults"
+	"github.com/cairnhq/cairn/pkg/retry"
 )
 
 // waitTimeout bounds every wait on a goroutine; it is a deadline, never a pause.
@@ -301,5 +302,24 @@ func TestStalls(t *testing.T) {
 	}
 	if s.Stalls("extract", faults.AfterWrite, 2) {
 		t.Error("Stalls = true for a @once stall that has fired")
+	}
+}
+
+// An injected temporary fault is of the one temporary class (retry.ErrTemporary) and still
+// says it was injected; the other classes are not temporary.
+func TestInjectedTemporaryIsRetryTemporary(t *testing.T) {
+	t.Parallel()
+	s, _ := parse(t, "a.before-write=error:temporary,b.before-write=error:permanent,c.before-write=error:unknown")
+	err := s.Hit(context.Background(), "a", faults.BeforeWrite, 3)
+	if !errors.Is(err, retry.ErrTemporary) || !errors.Is(err, faults.ErrTemporary) {
+		t.Errorf("Hit = %v, want both faults.ErrTemporary and retry.ErrTemporary", err)
+	}
+	if want := "a.before-write=error:temporary at a.before-write.3: injected temporary fault"; err.Error() != want {
+		t.Errorf("Hit = %q, want %q", err, want)
+	}
+	for _, step := range []string{"b", "c"} {
+		if err := s.Hit(context.Background(), step, faults.BeforeWrite, 3); err == nil || errors.Is(err, retry.ErrTemporary) {
+			t.Errorf("Hit(%s) = %v, want an error that is not temporary", step, err)
+		}
 	}
 }

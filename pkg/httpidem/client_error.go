@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/pkg/fence"
-	"github.com/cairnhq/cairn/pkg/retry"
 )
 
 // Error is a write that is not done, classed: errors.Is(err, ErrInFlight) and the like
@@ -48,13 +47,11 @@ func (e *Error) Error() string {
 	return s
 }
 
-// Unwrap gives the class, the runner's mark for it, and the cause.
+// Unwrap gives the class, the runner's mark for it, and the cause. The temporary classes
+// are retry.ErrTemporary themselves.
 func (e *Error) Unwrap() []error {
 	out := []error{e.Class}
-	switch e.Class {
-	case ErrInFlight, ErrRateLimited, ErrTemporary:
-		out = append(out, retry.ErrTemporary)
-	case ErrFenced:
+	if e.Class == ErrFenced {
 		out = append(out, fence.ErrFenced)
 	}
 	if e.Err != nil {

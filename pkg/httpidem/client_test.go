@@ -702,3 +702,29 @@ func TestClientRetryAfterHoldRefusedIsWaitedAlone(t *testing.T) {
 		})
 	}
 }
+
+// Each class of a write's failure matches its own class only, and the temporary ones are
+// retry.ErrTemporary by themselves, as every temporary error is; the others are not.
+func TestErrorClassesAndTheirMarks(t *testing.T) {
+	t.Parallel()
+	classes := []error{httpidem.ErrInFlight, httpidem.ErrFenced, httpidem.ErrKeyConflict,
+		httpidem.ErrRateLimited, httpidem.ErrTemporary, httpidem.ErrRejected}
+	temporary := map[error]bool{httpidem.ErrInFlight: true, httpidem.ErrRateLimited: true, httpidem.ErrTemporary: true}
+	for _, class := range classes {
+		err := &httpidem.Error{Class: class, Key: "k-1"}
+		for _, other := range classes {
+			if got := errors.Is(err, other); got != (other == class) {
+				t.Errorf("an error of class %q is %q: %t", class, other, got)
+			}
+		}
+		if errors.Is(class, retry.ErrTemporary) != temporary[class] || errors.Is(err, retry.ErrTemporary) != temporary[class] {
+			t.Errorf("class %q: temporary %t, want %t", class, errors.Is(class, retry.ErrTemporary), temporary[class])
+		}
+		if errors.Is(err, fence.ErrFenced) != (class == httpidem.ErrFenced) {
+			t.Errorf("class %q: fence.ErrFenced %t", class, errors.Is(err, fence.ErrFenced))
+		}
+	}
+	if got := (&httpidem.Error{Class: httpidem.ErrTemporary, Key: "k-1", Status: 502}).Error(); got != "writing k-1: temporary failure of the outside system (502)" {
+		t.Errorf("Error() = %q", got)
+	}
+}

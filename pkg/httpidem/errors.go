@@ -1,6 +1,10 @@
 package httpidem
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/cairnhq/cairn/pkg/retry"
+)
 
 var (
 	// ErrInvalidKey means an Idempotency-Key field value is neither a Structured Field
@@ -21,7 +25,7 @@ var ErrClaimLost = errors.New("idempotency claim lost")
 var (
 	// ErrInFlight: 409, the key is in flight on the server; retry later with the same key.
 	// It is also retry.ErrTemporary.
-	ErrInFlight = errors.New("idempotency key in flight")
+	ErrInFlight = retry.Temporary(errors.New("idempotency key in flight"))
 	// ErrFenced: 409 with problem type TypeFenced, a newer token of the run has reached
 	// the server: the caller is a zombie, counts the write as fenced and stops. It is
 	// also fence.ErrFenced.
@@ -31,11 +35,11 @@ var (
 	ErrKeyConflict = errors.New("idempotency key holds another payload")
 	// ErrRateLimited: 429, or 503 with Retry-After; Error.Wait is how long the server
 	// asked to wait. It is also retry.ErrTemporary.
-	ErrRateLimited = errors.New("rate limited by the server")
+	ErrRateLimited = retry.Temporary(errors.New("rate limited by the server"))
 	// ErrTemporary: another 5xx, a refused or reset connection, a timeout, or a lost
-	// answer whose lookup failed too; a retry with the same key is safe. It is
-	// retry.ErrTemporary too.
-	ErrTemporary = errors.New("temporary failure of the outside system")
+	// answer whose lookup failed too; a retry with the same key is safe. It is the
+	// class of [Error] that says so, and retry.ErrTemporary too.
+	ErrTemporary = retry.Temporary(errors.New("temporary failure of the outside system"))
 	// ErrRejected: another 4xx (or a 3xx, never followed); Error.Problem holds the
 	// server's problem details, for parking the item.
 	ErrRejected = errors.New("rejected by the server")

@@ -4,9 +4,12 @@
 //
 // [ErrTemporary] marks an error that the same call may not meet again: a timeout, a busy
 // server, a dropped connection, a serialization failure. A layer that knows its own
-// errors (a database store knows its driver's codes) marks them with [Temporary]; callers
-// ask errors.Is(err, ErrTemporary). The step runner (package runner) treats the mark as
-// its temporary class.
+// errors (a database store knows its driver's codes: package sqlidem) marks them with
+// [Temporary]; callers ask errors.Is(err, ErrTemporary). It is the only such mark: a
+// package whose temporary error means something more (an injected fault, an HTTP write
+// whose key is in flight) declares it as Temporary(errors.New("...")), which reads as its
+// own message and still is ErrTemporary. The step runner (package runner) treats the mark
+// as its temporary class.
 //
 // # How long to wait
 //

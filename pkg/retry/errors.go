@@ -3,7 +3,9 @@ package retry
 import "errors"
 
 // ErrTemporary marks an error worth retrying: a timeout, a busy server, a 429 or 5xx, a
-// dropped connection.
+// dropped connection. It is the one mark of the temporary class: every temporary error of
+// Cairn matches it, those with a meaning of their own too (an injected fault, an HTTP
+// write's class), which are made with Temporary.
 var ErrTemporary = errors.New("temporary")
 
 // Temporary marks err as temporary; nil becomes ErrTemporary itself.

@@ -8,7 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/cairnhq/cairn/pkg/faults"
 	"github.com/cairnhq/cairn/pkg/fence"
 	"github.com/cairnhq/cairn/pkg/idempotency"
 	"github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -16,11 +15,6 @@ import (
 )
 
 var (
-	// ErrTemporary marks an error worth retrying: a timeout, a busy server, a 429 or 5xx, a
-	// dropped connection. It is retry.ErrTemporary, the mark a store gives its driver's
-	// transient errors (internal/books marks SQLITE_BUSY, PostgreSQL's 40001, 40P01, 57P01
-	// and lost connections with it).
-	ErrTemporary = retry.ErrTemporary
 	// ErrPermanent marks an error that no retry will mend.
 	ErrPermanent = errors.New("permanent")
 	// ErrVerify: the step's result differs from what it meant to do.
@@ -44,13 +38,11 @@ type anomaly struct{ err error }
 func (a *anomaly) Error() string { return a.err.Error() }
 func (a *anomaly) Unwrap() error { return a.err }
 
-// Temporary marks err as temporary.
-func Temporary(err error) error {
-	if err == nil {
-		return ErrTemporary
-	}
-	return classed{ErrTemporary, err}
-}
+// Temporary marks err as temporary: it is retry.Temporary, the one mark of the temporary
+// class (retry.ErrTemporary), which stores give their drivers' transient errors too
+// (sqlidem.Transient: SQLITE_BUSY, PostgreSQL's 40001, 40P01, 57P01, lost connections),
+// and an injected temporary fault carries. nil becomes retry.ErrTemporary.
+func Temporary(err error) error { return retry.Temporary(err) }
 
 // Permanent marks err as permanent.
 func Permanent(err error) error {
@@ -85,7 +77,7 @@ func classify(err error) class {
 		return classUnknown
 	case errors.Is(err, context.Canceled):
 		return classStopped
-	case errors.Is(err, ErrTemporary), errors.Is(err, faults.ErrTemporary),
+	case errors.Is(err, retry.ErrTemporary),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout),
 		errors.Is(err, nats.ErrNoResponders), network(err):
 		return classTemporary
@@ -107,8 +99,8 @@ func network(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// IsTemporary reports whether the runner retries err: marked temporary (ErrTemporary,
-// an injected temporary fault), a timeout, or a network failure. A key holding another
+// IsTemporary reports whether the runner retries err: marked temporary (retry.ErrTemporary,
+// an injected temporary fault among them), a timeout, or a network failure. A key holding another
 // payload, a lost fence and a stop are never temporary.
 func IsTemporary(err error) bool { return classify(err) == classTemporary }
 

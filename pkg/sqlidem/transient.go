@@ -1,4 +1,4 @@
-package books
+package sqlidem
 
 import (
 	"context"
@@ -15,13 +15,14 @@ import (
 	"github.com/cairnhq/cairn/pkg/retry"
 )
 
-// transient marks err temporary (retry.ErrTemporary, which the step runner retries) when
-// the database said the same call may succeed later: the SQLite file busy or locked,
-// PostgreSQL's serialization failure, deadlock, shutdown or lost connection, or the
-// connection gone under the driver. Every write here is keyed (the same key and payload a
-// second time is a no-op), so trying again a write whose commit answer was lost is safe:
-// the retry finds its row and reports it already there. Other errors pass unchanged.
-func transient(err error) error {
+// Transient marks err temporary ([retry.Temporary], which the step runner retries) when the
+// database said the same call may succeed later: the SQLite file busy or locked,
+// PostgreSQL's serialization failure, deadlock, lock timeout, shutdown, too many
+// connections or lost connection, or the connection gone under the driver. A keyed write
+// is safe to try again even when its commit's answer was lost: the retry finds its row
+// holding the same payload and reports it already there. Other errors, nil and errors of a
+// cancelled context pass unchanged.
+func Transient(err error) error {
 	if err == nil || errors.Is(err, context.Canceled) || !transientCause(err) {
 		return err
 	}
