@@ -63,13 +63,9 @@ func TestEnrichFromTheCLI(t *testing.T) {
 	t.Cleanup(hook.Close)
 
 	keys := filepath.Join(dir, "keys")
-	// The assets first (the geo limit's bucket among them, which the steps open), then the job.
-	if err := app.Init(ctx, app.Config{JS: js, Pipeline: enrich.Pipeline, KeysDir: keys}); err != nil {
-		t.Fatal(err)
-	}
 	ec := enrich.Config{APIs: records.Client{ProfileURL: apis.ProfileURL, GeoURL: apis.GeoURL, RiskURL: apis.RiskURL, HTTP: &http.Client{}},
 		UploadURL: apis.UploadURL, CallTimeout: 2 * time.Second, GeoRate: 15}
-	steps, err := enrich.Steps(ctx, js, ec)
+	job, err := enrich.Job(ec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +73,7 @@ func TestEnrichFromTheCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := app.Config{JS: js, Pipeline: enrich.Pipeline, Steps: steps, Systems: systems, KeysDir: keys,
+	cfg := app.Config{JS: js, Job: job, Systems: systems, KeysDir: keys,
 		Limits:    map[string]ratelimit.Limit{enrich.RateSetting: enrich.GeoLimit(15)},
 		Heartbeat: 200 * time.Millisecond, Lease: time.Second, TakeoverGap: 100 * time.Millisecond, LoopGuard: 2,
 		Notices: app.Notices{Webhook: hook.URL, Secret: []byte("s3cret")}}

@@ -56,7 +56,7 @@ type UploadSystem struct {
 // RaiseFence raises the run's fence in the upload system to the undo's token: an upload
 // of an older token (a zombie step) is refused from now on.
 func (s UploadSystem) RaiseFence(ctx context.Context, t fence.Token, rec *kc.Record) error {
-	return raiseFence(ctx, s.URL, rec.RunID, t)
+	return s.Client.RaiseFence(ctx, s.URL+"/v1/fences", t)
 }
 
 // Reverse reverses the upload of e. made is false for a reversal the upload system had

@@ -29,7 +29,7 @@ func Host(ctx context.Context, t testing.TB, cfg app.Config) (stop func()) {
 		once.Do(func() {
 			cancel()
 			if err := <-done; err != nil {
-				t.Errorf("pipeline %s: %v", cfg.Pipeline.Name, err)
+				t.Errorf("pipeline %s: %v", cfg.Pipeline.Name+cfg.Job.Name, err)
 			}
 		})
 	}

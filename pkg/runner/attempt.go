@@ -45,7 +45,7 @@ type Attempt struct {
 
 	memoMu    sync.Mutex
 	memoTries map[string]int // Memo's calls of this attempt, by key
-	memoCalls int            // Memo's calls of this attempt, for their fault points
+	memoOrder map[string]int // Memo's keys of this attempt, numbered for their fault points
 
 	extras extras // what the step told of its result besides the output (Park, Count, ...)
 

@@ -27,7 +27,8 @@ const MemoEvent = "memo.called"
 // word. Each call is recorded on the timeline (MemoEvent, item key, the attempt's try of
 // the key) before it is made. The attempt's Memo calls are its item loop's fault points:
 // faults.BeforeWrite before a call is made and faults.AfterWrite once an answer is saved
-// or found, numbered from 1 in the order of the attempt's Memo calls. An
+// or found, numbered from 1 by the attempt's keys in the order first asked (a retry of a key
+// keeps its number). An
 // error of call is returned as it is and saves nothing (wrap it with Temporary for one
 // worth retrying; Attempt.Retry retries in the attempt). When two attempts raced past the
 // read, the first answer saved stands and is returned to both.
@@ -38,8 +39,14 @@ func (a *Attempt) Memo(ctx context.Context, key string, call func(ctx context.Co
 	}
 	full := a.RunID + "." + key
 	a.memoMu.Lock()
-	a.memoCalls++
-	n := a.memoCalls
+	if a.memoOrder == nil {
+		a.memoOrder = map[string]int{}
+	}
+	n, seen := a.memoOrder[key]
+	if !seen {
+		n = len(a.memoOrder) + 1
+		a.memoOrder[key] = n
+	}
 	a.memoMu.Unlock()
 	if e, err := kv.Get(ctx, full); err == nil {
 		return e.Value(), a.Fault(ctx, faults.AfterWrite, n)

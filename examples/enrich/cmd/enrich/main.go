@@ -144,8 +144,8 @@ func main() {
 }
 
 // config is the hosted job for settings s.
-func config(ctx context.Context, js jetstream.JetStream, s Settings) (app.Config, error) {
-	steps, err := enrich.Steps(ctx, js, enrich.Config{
+func config(js jetstream.JetStream, s Settings) (app.Config, error) {
+	job, err := enrich.Job(enrich.Config{
 		APIs:      records.Client{ProfileURL: s.ProfileURL, GeoURL: s.GeoURL, RiskURL: s.RiskURL, HTTP: &http.Client{}},
 		UploadURL: s.UploadURL, CallTimeout: s.CallTimeout, GeoRate: s.GeoRPS,
 	})
@@ -161,7 +161,7 @@ func config(ctx context.Context, js jetstream.JetStream, s Settings) (app.Config
 		return app.Config{}, fmt.Errorf("CAIRN_FAULTS: %w", err)
 	}
 	c := app.Config{
-		JS: js, Pipeline: enrich.Pipeline, Steps: steps, Systems: systems, KeysDir: filepath.Join(s.DataDir, "keys"),
+		JS: js, Job: job, Systems: systems, KeysDir: filepath.Join(s.DataDir, "keys"),
 		Limits: map[string]ratelimit.Limit{enrich.RateSetting: enrich.GeoLimit(s.GeoRPS)},
 		Lease:  s.Lease, Heartbeat: s.Heartbeat, AckWait: s.AckWait, Faults: fs,
 		Logger: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
@@ -201,25 +201,16 @@ func serve(ctx context.Context, s Settings, init bool, names []string) error {
 	if err != nil {
 		return err
 	}
+	c, err := config(js, s)
+	if err != nil {
+		return err
+	}
 	if init {
-		// The assets first (the geo limit's bucket among them), then the registration again
-		// with the steps, which names the ones that count their progress.
-		if err := app.Init(ctx, app.Config{JS: js, Pipeline: enrich.Pipeline, KeysDir: filepath.Join(s.DataDir, "keys"), AckWait: s.AckWait}); err != nil {
-			return err
-		}
-		c, err := config(ctx, js, s)
-		if err != nil {
-			return err
-		}
 		if err := app.Init(ctx, c); err != nil {
 			return err
 		}
 		fmt.Println("the job's assets exist and its services' keys are registered")
 		return nil
-	}
-	c, err := config(ctx, js, s)
-	if err != nil {
-		return err
 	}
 	fmt.Println("ready")
 	return app.Run(ctx, c, names...)
@@ -288,7 +279,7 @@ func dev(ctx context.Context, args []string) error {
 		Pipeline: enrich.Pipeline, Dir: s.DataDir, Host: host, Port: port, AckWait: s.AckWait,
 		Example: map[string]any{enrich.ParamSource: path},
 	}, func(ctx context.Context, js jetstream.JetStream) (app.Config, error) {
-		return config(ctx, js, s)
+		return config(js, s)
 	})
 }
 
