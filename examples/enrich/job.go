@@ -108,7 +108,9 @@ func Job(c Config) (app.Job, error) {
 
 	up := uploader{url: c.UploadURL, client: client}
 	upload := app.Write(Upload, &runner.Typed[[]records.Upload, uploaded]{Do: up.run, Verify: up.verify, Plan: up.plan,
-		RaiseFences: func(ctx context.Context, a *runner.Attempt, t fence.Token) error { return client.RaiseFence(ctx, c.UploadURL+"/v1/fences", t) },
+		RaiseFences: func(ctx context.Context, a *runner.Attempt, t fence.Token) error {
+			return client.RaiseFence(ctx, c.UploadURL+"/v1/fences", t)
+		},
 		CheckSource: checkSource})
 	upload.Effects = "one row per record in the upload system"
 	upload.Key = "<run>:upload:<record id>, the Idempotency-Key the upload system enforces (same payload: the stored answer; another: 422, handover); fenced by the run's token (Cairn-Run, Cairn-Fence-Token)"
