@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 	"github.com/cairnhq/cairn/examples/enrich/records"
 	"github.com/cairnhq/cairn/examples/enrich/stubapi"
 	"github.com/cairnhq/cairn/internal/apptest"
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/internal/natstest"
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
@@ -97,17 +99,13 @@ func TestEnrichFromTheCLI(t *testing.T) {
 	if code == 0 {
 		t.Fatalf("a run of a missing records file ended well:\n%s", out)
 	}
-	for tick := time.NewTicker(20 * time.Millisecond); ; {
+	eventually.That(t, time.Minute, "r-3's handover notice at the webhook", func() error {
 		mu.Lock()
 		n := handovers["r-3"]
 		mu.Unlock()
-		if n == 1 {
-			break
+		if n != 1 {
+			return fmt.Errorf("%d notices, want 1 (cairn start said, exit %d:\n%s)", n, code, out)
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("r-3's handover notices at the webhook: %d, want 1 (cairn start said, exit %d:\n%s)", n, code, out)
-		case <-tick.C:
-		}
-	}
+		return nil
+	})
 }

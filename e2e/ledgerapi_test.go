@@ -22,6 +22,7 @@ import (
 	"github.com/cairnhq/cairn/internal/apptest"
 	"github.com/cairnhq/cairn/internal/books"
 	"github.com/cairnhq/cairn/internal/devproc"
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/internal/ledgerapi"
 	"github.com/cairnhq/cairn/internal/natstest"
 	"github.com/cairnhq/cairn/pkg/httpidem"
@@ -71,20 +72,18 @@ func startLedgerAPI(t *testing.T, addr string, env ...string) *ledgerAPI {
 // (it answers 503 before).
 func (l *ledgerAPI) keysRead() {
 	l.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
+	// The service reads the keys right after it serves.
+	eventually.That(l.t, time.Minute, "ledger-api ready", func() error {
 		resp, err := http.Get("http://" + l.metrics + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			l.t.Fatalf("ledger-api not ready within a minute: %v", err)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz answers %d", resp.StatusCode)
 		}
-		<-time.After(50 * time.Millisecond) // the service reads the keys right after it serves
-	}
+		return nil
+	})
 }
 
 // post sends one entry under key with the run's token 1, and returns the status and body.

@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/cairnhq/cairn/internal/devproc"
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/faults"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -358,20 +359,10 @@ func metricValue(m map[string]float64, key string) float64 {
 	return sumByName(m, key)
 }
 
-// poll checks ok on a ticker until it holds (true) or limit has passed (false).
+// poll checks ok until it holds (true) or limit has passed (false): eventually.Within for
+// the many waits here whose callers decide what a miss means (fail, report, or read on).
 func poll(limit time.Duration, ok func() bool) bool {
-	deadline := time.NewTimer(limit)
-	defer deadline.Stop()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for !ok() {
-		select {
-		case <-deadline.C:
-			return ok()
-		case <-tick.C:
-		}
-	}
-	return true
+	return eventually.Within(limit, eventually.True(ok)) == nil
 }
 
 // dumpStuck ends each process of a step that r shows in progress with SIGQUIT and logs

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/internal/natstest"
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/assets"
@@ -180,17 +182,16 @@ func TestApprovePipeline(t *testing.T) {
 	// The reject is in the record when the command returns; the compensator, which a
 	// pipeline that may wait for a person runs even with no Systems, then makes the run
 	// undone, with nothing to reverse.
-	var r *kc.Record
-	for tick := time.NewTicker(20 * time.Millisecond); ; {
-		if r, _, err = store.Load(ctx, "r-2"); err == nil && r.Status == kc.Undone {
-			break
+	eventually.That(t, time.Minute, "r-2 undone after its reject", func() error {
+		r, _, err := store.Load(ctx, "r-2")
+		if err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("r-2 after its reject: %+v, %v; want it undone", r, err)
-		case <-tick.C:
+		if r.Status != kc.Undone {
+			return fmt.Errorf("r-2 after its reject: %+v", r)
 		}
-	}
+		return nil
+	})
 	if n := send.runs.Load(); n != 1 {
 		t.Errorf("send ran %d times after r-2's reject, want once (r-1's)", n)
 	}

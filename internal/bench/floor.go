@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairnhq/cairn/internal/eventually"
 )
 
 // FloorConfig says what RawFloor measures.
@@ -100,7 +102,7 @@ func RawFloor(ctx context.Context, c FloorConfig) (Floor, error) {
 		if i > 0 {
 			name = fmt.Sprintf("floor-%d", i)
 		}
-		err = eventually(30*time.Second, func() (err error) {
+		err = eventually.Within(30*time.Second, func() (err error) {
 			kvs[i], err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, History: 16, Storage: jetstream.FileStorage, Replicas: c.Nodes})
 			return err
 		})
@@ -109,7 +111,7 @@ func RawFloor(ctx context.Context, c FloorConfig) (Floor, error) {
 		}
 	}
 	kv := kvs[0]
-	err = eventually(30*time.Second, func() error {
+	err = eventually.Within(30*time.Second, func() error {
 		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FLOOR", Subjects: []string{"floor.>"}, Storage: jetstream.FileStorage, Replicas: c.Nodes})
 		return err
 	})
@@ -118,7 +120,7 @@ func RawFloor(ctx context.Context, c FloorConfig) (Floor, error) {
 	}
 	// A new replicated stream answers "no response from stream" until its leader is elected
 	// and serving: the floor starts once the bucket and the stream each took a write.
-	err = eventually(30*time.Second, func() error {
+	err = eventually.Within(30*time.Second, func() error {
 		if _, err := kv.Put(ctx, "ready", nil); err != nil {
 			return fmt.Errorf("bucket: %w", err)
 		}

@@ -95,30 +95,6 @@ func (ns *nodes) shutdown() {
 	}
 }
 
-// eventually calls f until it returns nil or within has passed (its last error then): for
-// what a new cluster's JetStream refuses while it settles (no leader yet). An error f wraps
-// in permanent is returned at once.
-func eventually(within time.Duration, f func() error) error {
-	deadline := time.NewTimer(within)
-	defer deadline.Stop()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		if p, ok := err.(permanent); ok {
-			return p.error
-		}
-		select {
-		case <-deadline.C:
-			return fmt.Errorf("within %s: %w", within, err)
-		case <-tick.C:
-		}
-	}
-}
-
 // selfPeakRSS is this process's peak resident set size in bytes (0 where unknown).
 func selfPeakRSS() int64 {
 	var ru syscall.Rusage
@@ -196,9 +172,6 @@ func procField(path, key, sep string) string {
 
 // MiB formats bytes as mebibytes.
 func MiB(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
-
-// permanent is an error eventually does not retry.
-type permanent struct{ error }
 
 // streamsLed reports whether every stream has a leader: a stream created a moment ago on a
 // cluster answers "no response from stream" until its replicas elect one.

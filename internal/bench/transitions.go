@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/identity"
@@ -261,17 +262,22 @@ func cairnTransitions(ctx context.Context, c TransitionsConfig, dir string, res 
 	def := benchPipeline(c.Steps)
 	// A new cluster's JetStream may refuse the first requests (no leader yet); a mismatch is
 	// never retried.
-	err = eventually(30*time.Second, func() error {
+	var mismatch error
+	err = eventually.Within(30*time.Second, func() error {
 		err := assets.Ensure(ctx, js, assets.Config{Steps: def.Names(), Replicas: c.Cluster})
 		if errors.Is(err, assets.ErrMismatch) {
-			return permanent{err}
+			mismatch = err
+			return nil
 		}
 		return err
 	})
+	if mismatch != nil {
+		return mismatch
+	}
 	if err != nil {
 		return err
 	}
-	if err := eventually(30*time.Second, func() error { return streamsLed(ctx, js) }); err != nil {
+	if err := eventually.Within(30*time.Second, func() error { return streamsLed(ctx, js) }); err != nil {
 		return err
 	}
 	// Every record signed by its writer and checked by its reader, as in a deployment.

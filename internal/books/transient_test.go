@@ -12,6 +12,7 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/internal/pgtest"
 	"github.com/cairnhq/cairn/pkg/fence"
 	"github.com/cairnhq/cairn/pkg/retry"
@@ -77,27 +78,17 @@ func TestSQLiteBusyIsTemporary(t *testing.T) {
 // for a lock.
 func waitLockWaiter(t *testing.T, db *sql.DB) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	tick := time.NewTicker(10 * time.Millisecond) // pg_stat_activity tells no one: it is read again
-	defer tick.Stop()
-	for {
-		var pid int
-		err := db.QueryRowContext(ctx, `SELECT pid FROM pg_stat_activity
+	// pg_stat_activity tells no one: it is read again.
+	var pid int
+	eventually.That(t, time.Minute, "a backend waiting for a lock", func() error {
+		err := db.QueryRowContext(t.Context(), `SELECT pid FROM pg_stat_activity
 			WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock' LIMIT 1`).Scan(&pid)
-		switch {
-		case err == nil:
-			return pid
-		case ctx.Err() != nil:
-			t.Fatal("no backend waits for a lock within a minute")
-		case !errors.Is(err, sql.ErrNoRows):
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			t.Fatal(err)
 		}
-		select {
-		case <-ctx.Done():
-		case <-tick.C:
-		}
-	}
+		return err
+	})
+	return pid
 }
 
 func terminate(t *testing.T, db *sql.DB, pid int) {

@@ -3,7 +3,6 @@
 package loopback
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/cairnhq/cairn/internal/eventually"
 )
 
 // Cluster starts n servers named name-n1… with JetStream, file storage under dir and base's
@@ -33,11 +34,9 @@ func Cluster(dir, name string, n int, base server.Options) ([]*server.Server, er
 		return nil, err
 	}
 	// The election has no event to wait on from outside the servers: poll, with a deadline.
-	for deadline := time.Now().Add(30 * time.Second); !metaLed(srvs); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			Shutdown(srvs)
-			return nil, errors.New("the cluster elected no JetStream meta leader within 30 s")
-		}
+	if err := eventually.Within(30*time.Second, eventually.True(func() bool { return metaLed(srvs) })); err != nil {
+		Shutdown(srvs)
+		return nil, fmt.Errorf("the cluster elected no JetStream meta leader: %w", err)
 	}
 	return srvs, nil
 }

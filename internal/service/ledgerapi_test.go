@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cairnhq/cairn/internal/apptest"
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/internal/ledgerapi"
 	"github.com/cairnhq/cairn/internal/natstest"
 	"github.com/cairnhq/cairn/pkg/httpidem"
@@ -104,21 +105,18 @@ func ledgerAPIConfig(t *testing.T) LedgerAPIConfig {
 func runLedgerAPIOpen(t *testing.T, c LedgerAPIConfig, js jetstream.JetStream) string {
 	t.Helper()
 	addr := runLedgerAPI(t, c, js, quiet)
-	deadline := time.Now().Add(time.Minute)
-	for {
+	eventually.That(t, time.Minute, "the callers' keys read", func() error {
 		resp, err := http.Get("http://" + addr + "/v1/entries/k")
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusServiceUnavailable {
-			return addr
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			return errors.New("503")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the callers' keys not read within a minute")
-		}
-		<-time.After(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return addr
 }
 
 func runLedgerAPI(t *testing.T, c LedgerAPIConfig, js jetstream.JetStream, log *slog.Logger) string {
@@ -185,13 +183,13 @@ func TestLedgerAPIWaitsForKeys(t *testing.T) {
 		t.Fatalf("before the keys: %d, want 503", s)
 	}
 	sg := registerKeys(t, js)
-	deadline := time.Now().Add(time.Minute)
-	for get(sg) != http.StatusNotFound {
-		if time.Now().After(deadline) {
-			t.Fatal("the API did not serve within a minute of the keys' registration")
+	// The service tries again every few seconds.
+	eventually.That(t, time.Minute, "the API serves after the keys' registration", func() error {
+		if s := get(sg); s != http.StatusNotFound {
+			return fmt.Errorf("%d, want 404", s)
 		}
-		<-time.After(100 * time.Millisecond) // the service tries again every few seconds
-	}
+		return nil
+	})
 }
 
 // The service serves once ready, answers an unsigned request 401 and a signed one, and

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/internal/natstest"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/consume"
@@ -84,9 +85,7 @@ func waitPulling(t *testing.T, js jetstream.JetStream, stream, durable string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	eventually.That(t, time.Minute, "durable "+durable+": a pull request", func() error {
 		cons, err := js.Consumer(ctx, stream, durable)
 		if err != nil {
 			t.Fatal(err)
@@ -95,13 +94,9 @@ func waitPulling(t *testing.T, js jetstream.JetStream, stream, durable string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.NumWaiting > 0 {
-			return
+		if info.NumWaiting == 0 {
+			return errors.New("none waiting")
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("durable %s: no pull request within a minute", durable)
-		case <-tick.C:
-		}
-	}
+		return nil
+	})
 }

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/pkg/assets"
 )
 
@@ -103,22 +105,16 @@ func get(t *testing.T, url string) (int, string) {
 // must not stop meanwhile.
 func waitReady(t *testing.T, base string, code int, want string, done <-chan error) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	eventually.That(t, time.Minute, fmt.Sprintf("/readyz answers %d %q", code, want), func() error {
 		got, body := get(t, base+"/readyz")
 		if got == code && strings.Contains(body, want) {
-			return
+			return nil
 		}
 		select {
 		case err := <-done:
 			t.Fatalf("the services stopped: %v", err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz: %d %q, want %d %q within a minute", got, body, code, want)
-		}
-		<-tick.C
-	}
+		return fmt.Errorf("/readyz: %d %q", got, body)
+	})
 }

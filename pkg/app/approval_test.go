@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/internal/apptest"
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
@@ -144,20 +145,6 @@ func approveAs(ctx context.Context, t *testing.T, js jetstream.JetStream, name, 
 	}
 }
 
-// waitFor polls cond every 20 ms until it holds, failing the test at ctx's end.
-func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: not within the test's time", what)
-		case <-tick.C:
-		}
-	}
-}
-
 // A hosted pipeline with an approval gate on a step and no outbox of its own: the run waits
 // before the step, the wait is told by webhook (signed) and by mail, an unsigned approve is
 // refused, and an approve signed by a registered approver lets the step run, once, and the
@@ -180,25 +167,25 @@ func TestApprovalGateOnAHostedPipeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rec *kc.Record
-	waitFor(ctx, t, "r-1 waits for approval", func() bool {
+	eventually.That(t, time.Minute, "r-1 waits for approval", eventually.True(func() bool {
 		rec, _, err = store.Load(ctx, "r-1")
 		return err == nil && rec.Status == kc.WaitingApproval
-	})
+	}))
 	if rec.Approval == nil || rec.Approval.Step != "send" || rec.Approval.PlanDigest == "" {
 		t.Fatalf("r-1 waits with approval %+v, want send's plan", rec.Approval)
 	}
-	waitFor(ctx, t, "the approval notice by webhook", func() bool { return len(wh.of(outbox.KindApproval, "r-1")) == 1 })
+	eventually.That(t, time.Minute, "the approval notice by webhook", eventually.True(func() bool { return len(wh.of(outbox.KindApproval, "r-1")) == 1 }))
 	if n := wh.of(outbox.KindApproval, "r-1")[0]; n.Note.Step != "send" {
 		t.Errorf("the approval notice names step %q, want send", n.Note.Step)
 	}
-	waitFor(ctx, t, "the approval notice by mail", func() bool {
+	eventually.That(t, time.Minute, "the approval notice by mail", eventually.True(func() bool {
 		for k := range mb.counts() {
 			if strings.HasPrefix(k, "r-1") && strings.HasSuffix(k, ":mail") {
 				return true
 			}
 		}
 		return false
-	})
+	}))
 	wh.mu.Lock()
 	signed := wh.signed
 	wh.mu.Unlock()
@@ -248,12 +235,12 @@ func TestApprovalTimeoutHandsOverAndNotifies(t *testing.T) {
 	if end.Status != kc.HandedOver {
 		t.Fatalf("r-1 ended %s, want handed over at the approval timeout", end.Status)
 	}
-	waitFor(ctx, t, "the handover notice by webhook", func() bool { return len(wh.of(outbox.KindHandover, "r-1")) == 1 })
+	eventually.That(t, time.Minute, "the handover notice by webhook", eventually.True(func() bool { return len(wh.of(outbox.KindHandover, "r-1")) == 1 }))
 	if n := wh.of(outbox.KindHandover, "r-1")[0]; !strings.Contains(n.Note.Error, "CAIRN_APPROVAL_TIMEOUT") ||
 		!strings.Contains(n.Note.NextAction, "cairn resume r-1 --pipeline gateout") {
 		t.Errorf("the handover notice says %q, next %q; want the approval timeout, and the commands naming the pipeline", n.Note.Error, n.Note.NextAction)
 	}
-	waitFor(ctx, t, "the handover and approval notices by mail", func() bool { return len(mb.counts()) == 2 })
+	eventually.That(t, time.Minute, "the handover and approval notices by mail", eventually.True(func() bool { return len(mb.counts()) == 2 }))
 	for k, n := range mb.counts() {
 		if n != 1 {
 			t.Errorf("mail %s received %d times, want once", k, n)
@@ -382,10 +369,10 @@ func TestIrreversibleStepWaitsOnUnclearEvidence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(ctx, t, "the unclear run waits before send", func() bool {
+	eventually.That(t, time.Minute, "the unclear run waits before send", eventually.True(func() bool {
 		rec, _, err = store.Load(ctx, "unclear")
 		return err == nil && rec.Status == kc.WaitingApproval
-	})
+	}))
 	if rec.Approval == nil || rec.Approval.Step != "send" || !strings.Contains(rec.NextAction, "1 item parked at items") ||
 		!strings.Contains(rec.NextAction, "cairn approve unclear --pipeline evidence") {
 		t.Fatalf("the unclear run waits with approval %+v and next action %q; want send, naming the item parked at items", rec.Approval, rec.NextAction)
@@ -393,7 +380,7 @@ func TestIrreversibleStepWaitsOnUnclearEvidence(t *testing.T) {
 	if n := sends.Load(); n != 1 {
 		t.Fatalf("send ran %d times in all before the approval, want 1 (the clean run's)", n)
 	}
-	waitFor(ctx, t, "the approval notice", func() bool { return len(wh.of(outbox.KindApproval, "unclear")) == 1 })
+	eventually.That(t, time.Minute, "the approval notice", eventually.True(func() bool { return len(wh.of(outbox.KindApproval, "unclear")) == 1 }))
 	if n := wh.of(outbox.KindApproval, "unclear")[0]; !strings.Contains(n.Note.Error, "evidence is unclear before send") {
 		t.Errorf("the approval notice says %q, want why", n.Note.Error)
 	}
@@ -409,10 +396,10 @@ func TestIrreversibleStepWaitsOnUnclearEvidence(t *testing.T) {
 	if err := app.Start(ctx, js, "evidence", "odd", map[string]any{"items": "a,~b,c"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(ctx, t, "the odd run waits before send", func() bool {
+	eventually.That(t, time.Minute, "the odd run waits before send", eventually.True(func() bool {
 		rec, _, err = store.Load(ctx, "odd")
 		return err == nil && rec.Status == kc.WaitingApproval
-	})
+	}))
 	if st := rec.Step("items"); st.Status != kc.Verified || !strings.Contains(rec.NextAction, "items its verification found an anomaly: item ~b reads only approximately") {
 		t.Fatalf("the odd run: items %s, next action %q; want items verified and the anomaly named", st.Status, rec.NextAction)
 	}

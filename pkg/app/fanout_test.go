@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/internal/apptest"
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -253,19 +254,17 @@ func checkJoined(t *testing.T, rec *kc.Record) {
 func waitRecord(ctx context.Context, t *testing.T, store *kc.Store, run, what string, ok func(*kc.Record) bool) *kc.Record {
 	t.Helper()
 	var last *kc.Record
-	for {
-		if rec, _, err := store.Load(ctx, run); err == nil {
-			last = rec
-			if ok(rec) {
-				return rec
-			}
+	eventually.That(t, time.Minute, run+" "+what, func() error {
+		rec, _, err := store.Load(ctx, run)
+		if err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s never %s; last record: %+v", run, what, last)
-		case <-time.After(20 * time.Millisecond):
+		if last = rec; !ok(rec) {
+			return fmt.Errorf("last record: %+v", rec)
 		}
-	}
+		return nil
+	})
+	return last
 }
 
 // hostFan runs fan on an embedded NATS until the test ends; right's first attempt fails

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -21,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/internal/apptest"
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
@@ -151,19 +153,16 @@ func outboxSettled(ctx context.Context, t *testing.T, js jetstream.JetStream, na
 	if err != nil {
 		t.Fatal(err)
 	}
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	eventually.That(t, time.Minute, name+"'s outbox settled", func() error {
 		info, err := cons.Info(ctx)
-		if err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
-			return
+		if err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s's outbox did not settle: %+v, %v", name, info, err)
-		case <-tick.C:
+		if info.NumPending != 0 || info.NumAckPending != 0 {
+			return fmt.Errorf("%d pending, %d pending ack", info.NumPending, info.NumAckPending)
 		}
-	}
+		return nil
+	})
 }
 
 func natsFor(t *testing.T) jetstream.JetStream {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
@@ -215,7 +216,7 @@ func TestServicePermissions(t *testing.T) {
 	if rec := waitRecord(ctx, t, store, "r-2", "handed over", func(r *kc.Record) bool { return r.Status == kc.HandedOver }); rec.Steps["ask"].Status == kc.Verified {
 		t.Errorf("r-2's ask: %s, want not verified", rec.Steps["ask"].Status)
 	}
-	waitFor(ctx, t, "the handover notice of r-2", func() bool { return len(hk.of("handover", "r-2")) > 0 })
+	eventually.That(t, time.Minute, "the handover notice of r-2", eventually.True(func() bool { return len(hk.of("handover", "r-2")) > 0 }))
 	stop()
 	for range services {
 		if err := <-done; err != nil {
@@ -230,9 +231,9 @@ func TestServicePermissions(t *testing.T) {
 	ask := conns["ask"]
 	violated := func(subject string) {
 		t.Helper()
-		waitFor(ctx, t, "the server's refusal of "+subject, func() bool {
+		eventually.That(t, time.Minute, "the server's refusal of "+subject, eventually.True(func() bool {
 			return slices.ContainsFunc(un.violations(false), func(v string) bool { return strings.Contains(v, subject) })
-		})
+		}))
 	}
 	refused := func(what string, err error, subject string) {
 		t.Helper()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/internal/natstest"
 	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/idempotency"
@@ -439,7 +440,7 @@ func TestReadAcrossALeaderStop(t *testing.T) {
 	var s *artifacts.Store
 	var out *kvcheckpoint.Output
 	data := bigJSON(300_000) // three chunks
-	waitFor(t, 30*time.Second, func() (err error) {
+	eventually.That(t, 30*time.Second, "an object saved on the new cluster", func() (err error) {
 		if _, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: bucket, Replicas: 3}); err != nil {
 			return err
 		}
@@ -454,7 +455,7 @@ func TestReadAcrossALeaderStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Every replica holds the object before any stops.
-	waitFor(t, 30*time.Second, func() error {
+	eventually.That(t, 30*time.Second, "every replica current", func() error {
 		info, err := st.Info(ctx)
 		if err != nil {
 			return err
@@ -493,23 +494,5 @@ func TestReadAcrossALeaderStop(t *testing.T) {
 		if err != nil || !bytes.Equal(got, data) {
 			t.Fatalf("%s (%s): Load = %d bytes, %v; want the %d bytes saved", what, name, len(got), err, len(data))
 		}
-	}
-}
-
-// waitFor calls f until it returns nil, failing t at the deadline with f's last error.
-func waitFor(t *testing.T, within time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("within %s: %v", within, err)
-		}
-		<-tick.C
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/internal/natstest"
 	"github.com/cairnhq/cairn/pkg/assets"
 )
@@ -66,17 +67,7 @@ func cluster(t *testing.T) jetstream.JetStream {
 		return false
 	}
 	// The election has no event to wait on from outside the servers: poll, with a deadline.
-	deadline := time.NewTimer(30 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for !leader() {
-		select {
-		case <-deadline.C:
-			t.Fatal("the cluster elected no JetStream meta leader within 30s")
-		case <-tick.C:
-		}
-	}
+	eventually.That(t, 30*time.Second, "a JetStream meta leader elected", eventually.True(leader))
 	nc, err := nats.Connect(strings.Join(urls, ","))
 	if err != nil {
 		t.Fatalf("connecting: %v", err)
@@ -93,24 +84,13 @@ func cluster(t *testing.T) jetstream.JetStream {
 // requests may find no leader yet); a mismatch is never retried.
 func ensureEventually(t *testing.T, js jetstream.JetStream, c assets.Config) {
 	t.Helper()
-	deadline := time.NewTimer(30 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	eventually.That(t, 30*time.Second, fmt.Sprintf("Ensure with %d replicas", c.Replicas), func() error {
 		err := assets.Ensure(t.Context(), js, c)
-		if err == nil {
-			return
-		}
 		if errors.Is(err, assets.ErrMismatch) {
 			t.Fatalf("Ensure with %d replicas: %v", c.Replicas, err)
 		}
-		select {
-		case <-deadline.C:
-			t.Fatalf("Ensure with %d replicas: %v", c.Replicas, err)
-		case <-tick.C:
-		}
-	}
+		return err
+	})
 }
 
 // CAIRN_REPLICAS=3 on a cluster: every stream, bucket and the object store has three

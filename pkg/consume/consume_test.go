@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/internal/natstest"
 	"github.com/cairnhq/cairn/pkg/consume"
 )
@@ -140,22 +141,16 @@ func waitPulling(t *testing.T, cons jetstream.Consumer) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	eventually.That(t, time.Minute, "a pull request waiting", func() error {
 		info, err := cons.Info(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.NumWaiting > 0 {
-			return
+		if info.NumWaiting == 0 {
+			return errors.New("none")
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("no pull request waiting within a minute")
-		case <-tick.C:
-		}
-	}
+		return nil
+	})
 }
 
 // A stop by ctx is clean: nil, and Ended is not called; with Drain the message in hand is

@@ -3,12 +3,14 @@ package consume_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/pkg/consume"
 )
 
@@ -52,22 +54,16 @@ func TestRecoverTermsAndRecords(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("settle not called")
 	}
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	eventually.That(t, time.Minute, "consumer: want both settled once", func() error {
 		info, err := cons.Info(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.NumAckPending == 0 && info.NumPending == 0 && info.NumRedelivered == 0 {
-			break
+		if info.NumAckPending != 0 || info.NumPending != 0 || info.NumRedelivered != 0 {
+			return fmt.Errorf("%d pending ack, %d pending, %d redelivered", info.NumAckPending, info.NumPending, info.NumRedelivered)
 		}
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			t.Fatalf("consumer: %d pending ack, %d redelivered; want both settled once", info.NumAckPending, info.NumRedelivered)
-		}
-	}
+		return nil
+	})
 	cancel()
 	if err := wait(t, done); err != nil {
 		t.Fatalf("Run = %v", err)

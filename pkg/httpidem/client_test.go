@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	_ "modernc.org/sqlite"
 
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/internal/natstest"
 	"github.com/cairnhq/cairn/pkg/fence"
 	"github.com/cairnhq/cairn/pkg/httpidem"
@@ -546,16 +547,17 @@ func TestClientRetryAfterIsHeldForEveryInstance(t *testing.T) {
 				_, err := clA.Write(context.Background(), httpidem.Request{URL: srv.URL + "/entries", Key: "k-a", Body: []byte("a")})
 				done <- err
 			}()
-			deadline := time.After(30 * time.Second)
-			for lims[0].Stats().Holds == 0 {
-				select {
-				case err := <-done:
-					t.Fatalf("the refused write returned before it held the limit: %v", err)
-				case <-deadline:
-					t.Fatal("the refused write did not hold the limit within 30s")
-				case <-time.After(5 * time.Millisecond):
+			eventually.That(t, 30*time.Second, "the refused write holds the limit", func() error {
+				if lims[0].Stats().Holds == 0 {
+					select {
+					case err := <-done:
+						t.Fatalf("the refused write returned before it held the limit: %v", err)
+					default:
+					}
+					return errors.New("no hold")
 				}
-			}
+				return nil
+			})
 			if _, err := clB.Write(t.Context(), httpidem.Request{URL: srv.URL + "/entries", Key: "k-b", Body: []byte("b")}); err != nil {
 				t.Fatalf("the other instance's write: %v", err)
 			}

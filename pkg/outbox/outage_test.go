@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/faults"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -44,20 +45,6 @@ func run(t *testing.T, s *outbox.Sender) (stop func()) {
 	return stop
 }
 
-// until polls cond every 20 ms until it holds, failing the test after limit.
-func until(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, limit)
-		}
-		<-tick.C
-	}
-}
-
 // A relay that answers no connection for longer than the old delivery limit (20 deliveries
 // of each message) loses nothing: every message is tried for as long as the outage lasts,
 // and goes exactly once when the relay is back.
@@ -77,22 +64,22 @@ func TestRelayOutageLongerThanTheOldDeliveryLimitLosesNothing(t *testing.T) {
 	stop := runSender(t, f, outbox.SenderConfig{Transport: outbox.SMTPTransport{Addr: ms.addr}, MaxBackoff: 100 * time.Millisecond})
 
 	const oldLimit = 20
-	until(t, 2*time.Minute, "more deliveries than the old limit allowed", func() bool {
+	eventually.That(t, 2*time.Minute, "more deliveries than the old limit allowed", eventually.True(func() bool {
 		return ms.dropped.Load() > int64(oldLimit*len(msgs))
-	})
+	}))
 	// Still in the backlog: pending or waiting for a redelivery, none sent.
 	if info, err := f.cons.Info(testContext(t)); err != nil || info.NumPending+uint64(info.NumAckPending) != uint64(len(msgs)) {
 		t.Fatalf("backlog during the outage: %+v (%v), want %d messages", info, err, len(msgs))
 	}
 	ms.down.Store(false)
-	until(t, time.Minute, "every message marked sent", func() bool {
+	eventually.That(t, time.Minute, "every message marked sent", eventually.True(func() bool {
 		for _, m := range msgs {
 			if f.markOf(t, m) != outbox.Sent {
 				return false
 			}
 		}
 		return true
-	})
+	}))
 	waitSettled(t, f)
 	stop()
 	got := map[string]int{}
@@ -144,10 +131,10 @@ func TestHangingWebhookDoesNotHoldUpOtherMail(t *testing.T) {
 		Allow:     outbox.Allow{From: anyMail.From, Mail: anyMail.Mail, Webhook: hook.URL},
 	})
 	f.queue(t, notice)
-	until(t, time.Minute, "the webhook called", func() bool { return hanging.Load() > 0 })
+	eventually.That(t, time.Minute, "the webhook called", eventually.True(func() bool { return hanging.Load() > 0 }))
 	f.queue(t, mail) // behind the hanging notice in the stream
 
-	until(t, time.Minute, "the other run's mail sent", func() bool { return f.markOf(t, mail) == outbox.Sent })
+	eventually.That(t, time.Minute, "the other run's mail sent", eventually.True(func() bool { return f.markOf(t, mail) == outbox.Sent }))
 	if hanging.Load() == 0 {
 		t.Fatal("the webhook call ended before the other mail went: it was held up")
 	}
@@ -158,7 +145,7 @@ func TestHangingWebhookDoesNotHoldUpOtherMail(t *testing.T) {
 		t.Fatalf("hanging notice marked %q, want sending", mark)
 	}
 	unhang()
-	until(t, time.Minute, "the notice sent once the webhook answers", func() bool { return f.markOf(t, notice) == outbox.Sent })
+	eventually.That(t, time.Minute, "the notice sent once the webhook answers", eventually.True(func() bool { return f.markOf(t, notice) == outbox.Sent }))
 	stop()
 }
 
@@ -194,22 +181,22 @@ func TestTwoCopiesOfAMessageInHandAtOnceGoOnce(t *testing.T) {
 		Allow:     outbox.Allow{Webhook: hook.URL},
 	})
 	f.queue(t, first)
-	until(t, time.Minute, "the webhook called", func() bool { return hanging.Load() > 0 })
+	eventually.That(t, time.Minute, "the webhook called", eventually.True(func() bool { return hanging.Load() > 0 }))
 	f.queue(t, again)
 	// The second copy is delivered to the sender and handed back while the first one hangs.
-	until(t, time.Minute, "the second copy tried", func() bool {
+	eventually.That(t, time.Minute, "the second copy tried", eventually.True(func() bool {
 		info, err := f.cons.Info(testContext(t))
 		return err == nil && info.Delivered.Consumer >= 3
-	})
+	}))
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("the webhook was called %d times while the first copy's call hung, want 1", n)
 	}
 	unhang()
-	until(t, time.Minute, "the message sent", func() bool { return f.markOf(t, first) == outbox.Sent })
-	until(t, time.Minute, "both copies settled", func() bool {
+	eventually.That(t, time.Minute, "the message sent", eventually.True(func() bool { return f.markOf(t, first) == outbox.Sent }))
+	eventually.That(t, time.Minute, "both copies settled", eventually.True(func() bool {
 		info, err := f.cons.Info(testContext(t))
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	})
+	}))
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("the webhook was called %d times, want 1", n)
 	}
@@ -239,7 +226,7 @@ func TestNoticeOfAnUntrustedRecordIsDelivered(t *testing.T) {
 	f.queue(t, notice, debit)
 	runSender(t, f, outbox.SenderConfig{Transport: outbox.FileTransport{Dir: dir}, Admit: outbox.RecordAdmission(store), MaxBackoff: 100 * time.Millisecond})
 
-	until(t, time.Minute, "the notice marked sent", func() bool { return f.markOf(t, notice) == outbox.Sent })
+	eventually.That(t, time.Minute, "the notice marked sent", eventually.True(func() bool { return f.markOf(t, notice) == outbox.Sent }))
 	if got := emlFiles(t, dir); len(got) != 1 || got[0] != filepath.Base(outbox.FileTransport{Dir: dir}.Path(notice)) {
 		t.Fatalf("mail files %v, want the notice alone", got)
 	}

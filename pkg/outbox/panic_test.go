@@ -3,9 +3,11 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/pkg/consume"
 	"github.com/cairnhq/cairn/pkg/outbox"
 )
@@ -39,20 +41,14 @@ func TestPanicIsRefused(t *testing.T) {
 	default:
 		t.Fatal("the message whose delivery panicked was not refused")
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	eventually.That(t, 30*time.Second, "consumer: want the message termed", func() error {
 		info, err := f.cons.Info(testContext(t))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.NumAckPending == 0 && info.NumPending == 0 {
-			break
+		if info.NumAckPending != 0 || info.NumPending != 0 {
+			return fmt.Errorf("%d pending ack, %d pending", info.NumAckPending, info.NumPending)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("consumer: %d pending ack, %d pending; want the message termed", info.NumAckPending, info.NumPending)
-		}
-		<-tick.C
-	}
+		return nil
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/mail"
 	"slices"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/emersion/go-smtp"
 
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/pkg/outbox"
 )
 
@@ -231,20 +233,14 @@ func TestCancelWinsOverARefusedMessage(t *testing.T) {
 func waitSettled(t *testing.T, f *fixture) {
 	t.Helper()
 	ctx := testContext(t)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	eventually.That(t, 30*time.Second, "every message settled", func() error {
 		info, err := f.cons.Info(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.NumAckPending == 0 && info.NumPending == 0 {
-			return
+		if info.NumAckPending != 0 || info.NumPending != 0 {
+			return fmt.Errorf("message still pending: %+v", info)
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("message still pending: %+v", info)
-		case <-tick.C:
-		}
-	}
+		return nil
+	})
 }

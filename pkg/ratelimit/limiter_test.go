@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
 )
 
@@ -256,17 +258,17 @@ func TestUnavailable(t *testing.T) {
 		_, err := long.Wait(context.Background())
 		done <- err
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for long.Stats().Unreachable < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the waiting limiter did not try the bucket twice within 30s")
+	eventually.That(t, 30*time.Second, "the waiting limiter tried the bucket twice", func() error {
+		if n := long.Stats().Unreachable; n < 2 {
+			select {
+			case err := <-done:
+				t.Fatalf("Wait returned with the server down: %v", err)
+			default:
+			}
+			return fmt.Errorf("%d failed reads", n)
 		}
-		select {
-		case err := <-done:
-			t.Fatalf("Wait returned with the server down: %v", err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+		return nil
+	})
 	ts.start()
 	select {
 	case err := <-done:

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/pkg/assets"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/runner"
@@ -111,7 +112,7 @@ func TestConcurrencyOneMessageOfARunAtATime(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Both messages are in the runner's hands; only one is in the step.
-	waitFor(t, func() bool { return inHand(t, cons) == 2 })
+	eventually.That(t, 20*time.Second, "two messages in hand", eventually.True(func() bool { return inHand(t, cons) == 2 }))
 	select {
 	case id := <-step.entered:
 		t.Fatalf("a second message of %s entered the step while the first was in it", id)
@@ -119,7 +120,7 @@ func TestConcurrencyOneMessageOfARunAtATime(t *testing.T) {
 	}
 	close(step.release)
 	f.wait(t, "r1", func(r *kc.Record) bool { return r.Step("two").Status == kc.Verified })
-	waitFor(t, func() bool { return inHand(t, cons) == 0 })
+	eventually.That(t, 20*time.Second, "no message in hand", eventually.True(func() bool { return inHand(t, cons) == 0 }))
 	if n := step.calls.Load(); n != 1 {
 		t.Errorf("the step ran %d times, want 1", n)
 	}

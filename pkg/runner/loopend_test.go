@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/consume"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -104,7 +105,7 @@ func waitConsuming(t *testing.T, js jetstream.JetStream, durable string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for {
+	eventually.That(t, time.Minute, "durable "+durable+": a pull request", func() error {
 		c, err := js.Consumer(ctx, assets.StreamSteps, durable)
 		if err != nil {
 			t.Fatal(err)
@@ -113,13 +114,9 @@ func waitConsuming(t *testing.T, js jetstream.JetStream, durable string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.NumWaiting > 0 {
-			return
+		if info.NumWaiting == 0 {
+			return errors.New("none waiting")
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("durable %s: no pull request within a minute", durable)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+		return nil
+	})
 }

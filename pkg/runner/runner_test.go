@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -50,7 +51,7 @@ func TestRunsEveryStepInOrder(t *testing.T) {
 	}
 	// The last step's step.verified is published just after its commit; its ack is not waited for.
 	var as []events.Audit
-	waitFor(t, func() bool { as = f.audit(t, "r1"); return count(as, "step.verified", "three") == 1 })
+	eventually.That(t, 20*time.Second, "three's step.verified audited", eventually.True(func() bool { as = f.audit(t, "r1"); return count(as, "step.verified", "three") == 1 }))
 	// The lease-free step two's commit is its record alone (cairn timeline reads it there).
 	for _, s := range toy.Names() {
 		if want := auditedCommits(s); count(as, "step.verified", s) != want {

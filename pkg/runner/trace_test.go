@@ -8,6 +8,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/pkg/tracing"
 )
 
@@ -26,12 +27,12 @@ func TestARunIsOneTrace(t *testing.T) {
 	f.wait(t, "r1", finishing)
 
 	byName := map[string]sdktrace.ReadOnlySpan{}
-	waitFor(t, func() bool {
+	eventually.That(t, 20*time.Second, "three spans ended", eventually.True(func() bool {
 		for _, s := range rec.Ended() {
 			byName[s.Name()] = s
 		}
 		return len(byName) >= 3
-	})
+	}))
 	want := tracing.RunSpanContext("r1").TraceID()
 	parent := tracing.RunSpanContext("r1").SpanID()
 	for _, step := range toy.Names() {
@@ -46,19 +47,5 @@ func TestARunIsOneTrace(t *testing.T) {
 			t.Errorf("step %s's parent %s, want %s", step, s.Parent().SpanID(), parent)
 		}
 		parent = s.SpanContext().SpanID()
-	}
-}
-
-// waitFor polls cond until it holds, for at most 20 seconds.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 20s")
-		}
-		<-tick.C
 	}
 }

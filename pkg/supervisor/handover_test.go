@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -44,7 +45,7 @@ func (f *fixture) handedOver(t *testing.T, runID, step, why string) *kc.Record {
 		t.Fatalf("note %+v (record says %s)", n, *rec.Handover)
 	}
 	// The audit event follows the record's write: a watcher may see the record first.
-	waitFor(t, func() bool { return len(f.auditIDs(t, runID, "handover")) > 0 })
+	eventually.That(t, 20*time.Second, "a handover audit event of "+runID, eventually.True(func() bool { return len(f.auditIDs(t, runID, "handover")) > 0 }))
 	if ids := f.auditIDs(t, runID, "handover"); len(ids) != 1 {
 		t.Fatalf("handover audit events %v, want one", ids)
 	}
@@ -177,24 +178,15 @@ func TestMaxDeliveriesAdvisoryHandsTheRunOver(t *testing.T) {
 			t.Fatalf("pull %d: %d messages, want %d", i+1, n, want)
 		}
 	}
-	waitFor(t, func() bool { rec, _ := f.load(t, "r1"); return rec.Status == kc.HandedOver })
+	eventually.That(t, 20*time.Second, "r1 handed over", func() error {
+		if rec, _ := f.load(t, "r1"); rec.Status != kc.HandedOver {
+			return fmt.Errorf("status %s", rec.Status)
+		}
+		return nil
+	})
 	f.handedOver(t, "r1", "b", "max deliver")
 	if ids := f.stored(t, "r1", "b"); len(ids) != 0 {
 		t.Fatalf("the dead step event is still stored: %v", ids)
-	}
-}
-
-// waitFor polls cond until it holds, for at most 20 seconds.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 20s")
-		}
-		<-tick.C
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/internal/natstest"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
@@ -207,22 +208,16 @@ func (f *fixture) command(t *testing.T, s *Supervisor, subject, body string) uin
 // is a plain publish the server applies on its own time, so this waits for it, within a bound.
 func (f *fixture) settled(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	eventually.That(t, 10*time.Second, "control consumer: want every command settled", func() error {
 		info, err := f.control.Info(f.ctx)
 		if err != nil {
 			t.Fatalf("control info: %v", err)
 		}
-		if info.NumAckPending == 0 && info.NumPending == 0 {
-			return
+		if info.NumAckPending != 0 || info.NumPending != 0 {
+			return fmt.Errorf("%d pending ack, %d pending", info.NumAckPending, info.NumPending)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("control consumer: %d pending ack, %d pending; want every command settled", info.NumAckPending, info.NumPending)
-		}
-		<-tick.C
-	}
+		return nil
+	})
 }
 
 func (f *fixture) load(t *testing.T, runID string) (*kc.Record, uint64) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 )
@@ -201,15 +202,12 @@ func TestRunSweepsUnknownSubjects(t *testing.T) {
 	}()
 	<-s.Ready()
 	seq := f.send(t, "cairn.runs.R1.frobnicate", `{}`)
-	deadline := time.Now().Add(20 * time.Second)
-	for len(f.subjectsOf(t, assets.StreamRuns)) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("CAIRN_RUNS still holds %v after 20s", f.subjectsOf(t, assets.StreamRuns))
+	eventually.That(t, 20*time.Second, "CAIRN_RUNS swept", func() error {
+		if subjects := f.subjectsOf(t, assets.StreamRuns); len(subjects) != 0 {
+			return fmt.Errorf("CAIRN_RUNS still holds %v", subjects)
 		}
-		select {
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+		return nil
+	})
 	r := rejectionOf(t, f.rejections(t), assets.StreamRuns, seq)
 	if r.data.Subject != "cairn.runs.R1.frobnicate" || !strings.HasPrefix(r.data.Reason, `unknown verb "frobnicate"`) {
 		t.Fatalf("rejection %+v", r.data)
