@@ -73,7 +73,7 @@ func (s *Supervisor) start(ctx context.Context, ev events.Event) error {
 	}
 	if holder != runID {
 		return &rejection{runID: runID, reason: fmt.Sprintf("run %s has this input already (%s): another run id would do its work twice; cairn rerun %s --from STEP runs it again",
-			holder, describeInput(s.cfg.Pipeline, params), holder)}
+			holder, describeInput(s.cfg.Pipeline, params), s.cfg.Space.RunArg(holder))}
 	}
 	rec := kc.New(runID, params, s.cfg.Pipeline.Names(), s.stamp())
 	rec.After = s.cfg.Pipeline.Graph()

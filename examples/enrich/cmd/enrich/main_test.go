@@ -323,8 +323,10 @@ func TestSameInputStartedTwice(t *testing.T) {
 		t.Fatalf("the second start: %v, want a refusal naming run-first", err)
 	}
 	rej := j.rejection("run-second")
-	if want := "run run-first has this input already"; !strings.Contains(rej.Reason, want) {
-		t.Errorf("the second start was rejected for %q, want one saying %q", rej.Reason, want)
+	for _, want := range []string{"run run-first has this input already", "cairn rerun run-first --pipeline enrich --from STEP"} {
+		if !strings.Contains(rej.Reason, want) {
+			t.Errorf("the second start was rejected for %q, want one saying %q", rej.Reason, want)
+		}
 	}
 	if _, _, err := j.store().Load(t.Context(), "run-second"); !errors.Is(err, kc.ErrNotFound) {
 		t.Errorf("run-second has a record (%v): the input ran twice", err)
