@@ -3,9 +3,13 @@
 // step runner for each step, following the step protocol of package runner, and the
 // supervisor that starts runs, takes commands and hands stalled runs to a fresh worker.
 //
-// A pipeline is its definition (package pipeline: the steps, their kinds and what makes a
-// repeat harmless) and one runner.Step per step. Everything else (checkpoints, leases,
-// fencing tokens, memoised calls, the saga of outside writes, handovers) is the framework's.
+// A job is its steps in one list (Job, Config.Job): each made by its kind (Read, Call,
+// Compute, Write, Message) from its implementation, a runner.Step, most simply a typed
+// function (runner.Func: its input what it waits for, its output a Go value). Everything
+// else (checkpoints, leases, fencing tokens, memoised calls, the saga of outside writes,
+// handovers) is the framework's. RunLocal hosts a job whole in one process on an embedded
+// NATS server. A host that keeps a job's definition apart from its implementations (the
+// reference night) gives Config.Pipeline and Config.Steps instead.
 //
 // A step sends a message through the pipeline's outbox (runner.Attempt.Queue); the outbox
 // sender, a service of its own when Config.Outbox says how messages go out, delivers each

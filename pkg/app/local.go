@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -25,7 +26,7 @@ type Local struct {
 	js    jetstream.JetStream
 	stop  context.CancelFunc
 	done  chan error
-	once  chan struct{}
+	once  sync.Once
 	err   error
 	clean func()
 }
@@ -50,7 +51,7 @@ func RunLocal(ctx context.Context, dir string, job Job, options ...func(*Config)
 	if err != nil {
 		return nil, err
 	}
-	l := &Local{name: job.Name, done: make(chan error, 1), once: make(chan struct{})}
+	l := &Local{name: job.Name, done: make(chan error, 1)}
 	fail := func(err error) (*Local, error) {
 		l.closeAll()
 		unlock()
@@ -93,16 +94,12 @@ func (l *Local) closeAll() {
 // Close stops the job's services, waiting for the step in hand (Config.StopGrace), and
 // shuts the server down. It returns the services' error, if one stopped by itself.
 func (l *Local) Close() error {
-	select {
-	case <-l.once:
-		return l.err
-	default:
-	}
-	defer close(l.once)
-	l.stop()
-	l.err = <-l.done
-	l.closeAll()
-	l.clean()
+	l.once.Do(func() {
+		l.stop()
+		l.err = <-l.done
+		l.closeAll()
+		l.clean()
+	})
 	return l.err
 }
 
