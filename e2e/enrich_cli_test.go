@@ -66,7 +66,7 @@ func TestEnrichFromTheCLI(t *testing.T) {
 
 	keys := filepath.Join(dir, "keys")
 	ec := enrich.Config{APIs: records.Client{ProfileURL: apis.ProfileURL, GeoURL: apis.GeoURL, RiskURL: apis.RiskURL, HTTP: &http.Client{}},
-		UploadURL: apis.UploadURL, CallTimeout: 2 * time.Second, GeoRate: 15}
+		UploadURL: apis.UploadURL, CallTimeout: 2 * time.Second}
 	job, err := enrich.Job(ec)
 	if err != nil {
 		t.Fatal(err)

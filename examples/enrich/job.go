@@ -34,7 +34,6 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/cairnhq/cairn/examples/enrich/records"
@@ -58,8 +57,9 @@ const (
 	Upload    = "upload"
 )
 
-// RateSetting names the setting of the geo API's declared rate (Config.GeoRate), kept for
-// every instance at once in cairn-enrich-limits; a 429's Retry-After is held for all of them.
+// RateSetting names the setting of the geo API's declared rate, kept for every instance at
+// once in cairn-enrich-limits (app.Config.Limits, GeoLimit); a 429's Retry-After is held for
+// all of them.
 const RateSetting = "ENRICH_GEO_RPS"
 
 // ParamSource is the one member of a run's input: the path of the records file.
@@ -80,15 +80,11 @@ type Config struct {
 	// CallTimeout bounds one API call (default 2s): a call that takes longer fails the try,
 	// which is retried (Attempt.Retry), and then the attempt.
 	CallTimeout time.Duration
-	// GeoRate is the geo API's declared rate, in calls per second (default 15), held for
-	// every instance in cairn-enrich-limits.
-	GeoRate float64
 }
 
 // Job is the job against the outside systems of c.
 func Job(c Config) (app.Job, error) {
 	c.CallTimeout = cmp.Or(c.CallTimeout, 2*time.Second)
-	c.GeoRate = cmp.Or(c.GeoRate, 15)
 	if c.APIs.HTTP == nil {
 		c.APIs.HTTP = &http.Client{}
 	}
@@ -100,11 +96,10 @@ func Job(c Config) (app.Job, error) {
 	fetch.Leased = true
 	fetch.Checkpoint = "the records read, with the file's sha256: the source fingerprint upload checks after a break"
 
-	limit := &sharedLimit{limit: GeoLimit(c.GeoRate)}
-	profile := app.Call(Profile, apiStep(c, Profile, records.ParseProfile, c.APIs.Profile, nil)).After(Fetch)
-	geo := app.Call(Geo, apiStep(c, Geo, records.ParseGeo, c.APIs.Geo, limit)).After(Fetch)
-	geo.RateLimit = RateSetting
-	risk := app.Call(Risk, apiStep(c, Risk, records.ParseRisk, c.APIs.Risk, nil)).After(Fetch)
+	profile := app.Call(Profile, apiStep(c, Profile, records.ParseProfile, c.APIs.Profile)).After(Fetch)
+	geo := app.Call(Geo, apiStep(c, Geo, records.ParseGeo, c.APIs.Geo)).After(Fetch)
+	geo.RateLimit = RateSetting // its limit, app.Config.Limits[RateSetting], is kept by the runner
+	risk := app.Call(Risk, apiStep(c, Risk, records.ParseRisk, c.APIs.Risk)).After(Fetch)
 
 	up := uploader{url: c.UploadURL, client: client}
 	upload := app.Write(Upload, &runner.Typed[[]records.Upload, uploaded]{Do: up.run, Verify: up.verify, Plan: up.plan,
@@ -195,52 +190,21 @@ func GeoLimit(rate float64) ratelimit.Limit {
 	return ratelimit.Limit{Bucket: Space.Bucket(assets.BucketLimits), Key: "geo", PerSecond: rate}
 }
 
-// sharedLimit is a limit every instance keeps, its limiter opened at the first call.
-type sharedLimit struct {
-	limit ratelimit.Limit
-	mu    sync.Mutex
-	l     *ratelimit.Limiter
-}
-
-func (s *sharedLimit) limiter(ctx context.Context, a *runner.Attempt) (*ratelimit.Limiter, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.l == nil {
-		l, err := ratelimit.New(ctx, ratelimit.Config{JS: a.JS(), Limit: s.limit})
-		if err != nil {
-			return nil, runner.Temporary(err)
-		}
-		s.l = l
-	}
-	return s.l, nil
-}
-
 // enriched is an enrichment step's output: each record's enrichment, by record id.
 type enriched[T any] map[string]T
 
 // apiStep is one of the three enrichment steps: it asks its API (api, also its answers'
-// memo key prefix) for every fetched record in turn, each answer memoised word for word,
-// each call bounded by CallTimeout and retried in the attempt when it fails for a while (a
-// timeout, a 429, a 5xx), and under the shared limit when there is one.
-func apiStep[T any](c Config, api string, parse func([]byte) (T, error), ask func(context.Context, string) (T, []byte, error), limit *sharedLimit) *runner.Typed[fetched, enriched[T]] {
+// memo key prefix) for every fetched record in turn, each answer memoised word for word
+// (after a slot of the step's declared limit, if it has one), each call bounded by
+// CallTimeout and retried in the attempt when it fails for a while (a timeout, a 429, a 5xx).
+func apiStep[T any](c Config, api string, parse func([]byte) (T, error), ask func(context.Context, string) (T, []byte, error)) *runner.Typed[fetched, enriched[T]] {
 	call := func(ctx context.Context, a *runner.Attempt, id string) ([]byte, error) {
-		if limit != nil {
-			l, err := limit.limiter(ctx, a)
-			if err != nil {
-				return nil, err
-			}
-			if _, err := l.Wait(ctx); err != nil {
-				return nil, runner.Temporary(err)
-			}
-		}
 		callCtx, cancel := context.WithTimeout(ctx, c.CallTimeout)
 		defer cancel()
 		_, b, err := ask(callCtx, id)
 		var tooMany *records.TooManyError
-		if errors.As(err, &tooMany) && limit != nil {
-			if l, lerr := limit.limiter(ctx, a); lerr == nil {
-				_ = l.Hold(ctx, tooMany.RetryAfter) // every instance waits it out
-			}
+		if errors.As(err, &tooMany) {
+			_ = a.Hold(ctx, tooMany.RetryAfter) // every instance waits it out
 		}
 		if err != nil && records.IsTemporary(err) {
 			return nil, runner.Temporary(err)

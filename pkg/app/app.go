@@ -309,6 +309,7 @@ type Host struct {
 	memo      jetstream.KeyValue
 	natural   jetstream.KeyValue
 	ring      *identity.Ring
+	limits    map[string]*ratelimit.Limiter // by the setting a step's RateLimit names
 }
 
 // Handles are the host's handles a pipeline's own code may need beside its steps (the
@@ -424,6 +425,9 @@ func Open(ctx context.Context, c Config) (*Host, error) {
 	if h.store, err = kc.Open(ctx, c.JS, c.Space().Bucket(assets.BucketRuns), kc.WithClock(func() time.Time { return c.Now() }), kc.WithRing(h.ring), kc.WithPipeline(c.Pipeline.Names())); err != nil {
 		return nil, err
 	}
+	if h.limits, err = openLimits(ctx, c); err != nil {
+		return nil, err
+	}
 	if h.artifacts, err = artifacts.Open(ctx, c.JS, c.Space().Bucket(assets.ObjectArtifacts)); err != nil {
 		return nil, err
 	}
@@ -492,8 +496,9 @@ func (h *Host) ended(name string) func(error) {
 func (h *Host) step(step string, sg *identity.Signer) (*runner.Runner, error) {
 	c := h.c
 	store := h.store.As(sg)
+	def, _ := c.Pipeline.Step(step)
 	return runner.New(runner.Config{
-		JS: c.JS, Space: c.Space(), Store: store, Artifacts: h.artifacts, Handovers: h.handovers, Memo: h.memo, Pipeline: c.Pipeline,
+		JS: c.JS, Space: c.Space(), Store: store, Artifacts: h.artifacts, Handovers: h.handovers, Memo: h.memo, Limit: h.limits[def.RateLimit], Pipeline: c.Pipeline,
 		StepName: step, Step: c.Steps[step], Approval: slices.Contains(c.ApprovalSteps, step), Notify: h.notifyAs(step, sg), Heartbeat: c.Heartbeat,
 		Lease: c.Lease, TakeoverGap: c.TakeoverGap, RetryAttempts: c.RetryAttempts, LoopGuard: c.LoopGuard, ParkLimit: c.ParkLimit,
 		MaxDeliver: c.MaxDeliver, CodeVersion: c.CodeVersion, Concurrency: c.Concurrency, StopGrace: c.StopGrace,
@@ -699,4 +704,22 @@ func clip(s string, n int) string {
 		return s
 	}
 	return s[:n]
+}
+
+// openLimits opens the shared rate limit of every step that declares one (RateLimit) found in
+// Limits, once a limit, for its runner (runner.Config.Limit).
+func openLimits(ctx context.Context, c Config) (map[string]*ratelimit.Limiter, error) {
+	out := map[string]*ratelimit.Limiter{}
+	for _, s := range c.Pipeline.Steps {
+		l, ok := c.Limits[s.RateLimit]
+		if s.RateLimit == "" || !ok || out[s.RateLimit] != nil {
+			continue
+		}
+		lim, err := ratelimit.New(ctx, ratelimit.Config{JS: c.JS, Limit: l})
+		if err != nil {
+			return nil, fmt.Errorf("the rate limit %s of step %s: %w (run app.Init)", s.RateLimit, s.Name, err)
+		}
+		out[s.RateLimit] = lim
+	}
+	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -25,7 +26,8 @@ const MemoEvent = "memo.called"
 // attempt or any later one (a restart, a takeover). The answer is saved in the memo bucket
 // as <run_id>.<key> (key: letters, digits, '-', '_', '=' and '.' separated tokens), word for
 // word. Each call is recorded on the timeline (MemoEvent, item key, the attempt's try of
-// the key) before it is made. The attempt's Memo calls are its item loop's fault points:
+// the key) before it is made, after a slot of the step's declared rate limit (Config.Limit),
+// if it has one. The attempt's Memo calls are its item loop's fault points:
 // faults.BeforeWrite before a call is made and faults.AfterWrite once an answer is saved
 // or found, numbered from 1 by the attempt's keys in the order first asked (a retry of a key
 // keeps its number). An
@@ -63,6 +65,11 @@ func (a *Attempt) Memo(ctx context.Context, key string, call func(ctx context.Co
 	if err := a.Fault(ctx, faults.BeforeWrite, n); err != nil {
 		return nil, err
 	}
+	if l := a.r.cfg.Limit; l != nil {
+		if _, err := l.Wait(ctx); err != nil {
+			return nil, Temporary(fmt.Errorf("waiting for the rate limit of %s: %w", a.Step, err))
+		}
+	}
 	if err := a.AuditNow(ctx, MemoEvent, key, try, nil); err != nil {
 		return nil, Temporary(err)
 	}
@@ -83,6 +90,16 @@ func (a *Attempt) Memo(ctx context.Context, key string, call func(ctx context.Co
 		a.log.Warn("another attempt memoised a different answer first; it stands", slog.String("memo", full))
 	}
 	return e.Value(), a.Fault(ctx, faults.AfterWrite, n)
+}
+
+// Hold holds the step's declared rate limit (Config.Limit) for d, for every instance at
+// once: what an outside system's Retry-After asks (ratelimit.Limiter.Hold). With no limit
+// declared it does nothing.
+func (a *Attempt) Hold(ctx context.Context, d time.Duration) error {
+	if l := a.r.cfg.Limit; l != nil {
+		return l.Hold(ctx, d)
+	}
+	return nil
 }
 
 // Memoised counts the answers memoised for this run whose keys (as given to Memo) start with

@@ -27,6 +27,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/lease"
 	"github.com/cairnhq/cairn/pkg/metrics"
 	"github.com/cairnhq/cairn/pkg/pipeline"
+	"github.com/cairnhq/cairn/pkg/ratelimit"
 	"github.com/cairnhq/cairn/pkg/tracing"
 )
 
@@ -38,7 +39,11 @@ type Config struct {
 	Handovers jetstream.KeyValue
 	// Memo keeps the answers of memoised calls (Attempt.Memo), the space's cairn-memo; nil: a step
 	// cannot memoise.
-	Memo     jetstream.KeyValue
+	Memo jetstream.KeyValue
+	// Limit is the step's declared rate limit (pipeline.Step.RateLimit), kept for every
+	// instance at once: Memo waits for a slot of it before each call it makes, and
+	// Attempt.Hold passes a Retry-After on. nil: none.
+	Limit    *ratelimit.Limiter
 	Pipeline pipeline.Definition
 	StepName string
 	Step     Step

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -18,7 +16,6 @@ import (
 
 	"github.com/cairnhq/cairn/examples/enrich"
 	"github.com/cairnhq/cairn/examples/enrich/stubapi"
-	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/identity"
@@ -118,12 +115,13 @@ func TestApprovalTimeoutOnUpload(t *testing.T) {
 	if n := j.apis.Counts().Uploads; n != 0 {
 		t.Errorf("%d uploads without an approval, want none", n)
 	}
-	eventually.That(t, time.Minute, "the approval notice, then the handover, at the webhook", func() error {
-		if kinds := g.kinds(run); !slices.Equal(kinds, []string{outbox.KindApproval, outbox.KindHandover}) {
-			return fmt.Errorf("the webhook received %v about %s", kinds, run)
+	for tick := time.NewTicker(50 * time.Millisecond); !slices.Equal(g.kinds(run), []string{outbox.KindApproval, outbox.KindHandover}); {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the webhook received %v about %s, want the approval notice, then the handover", g.kinds(run), run)
+		case <-tick.C:
 		}
-		return nil
-	})
+	}
 }
 
 // The enrichment job's services, real processes configured by the settings every pipeline
@@ -142,14 +140,16 @@ func TestApprovalGateOnUpload(t *testing.T) {
 	}
 	store := j.store()
 	var rec *kc.Record
-	if err := eventually.Within(2*time.Minute, func() error {
-		if rec, _, err = store.Load(ctx, run); err == nil && rec.Status == kc.Running {
-			return errors.New("running")
+	for tick := time.NewTicker(50 * time.Millisecond); ; {
+		if rec, _, err = store.Load(ctx, run); err == nil && rec.Status != kc.Running {
+			break
 		}
-		return err
-	}); err != nil {
-		b, _ := os.ReadFile(g.log.Name())
-		t.Fatalf("the run did not stop before upload: %+v, %v\nservices' log:\n%s", rec, err, tail(b, 4000))
+		select {
+		case <-ctx.Done():
+			b, _ := os.ReadFile(g.log.Name())
+			t.Fatalf("the run did not stop before upload: %+v, %v\nservices' log:\n%s", rec, err, tail(b, 4000))
+		case <-tick.C:
+		}
 	}
 	if rec.Status != kc.WaitingApproval || rec.Approval == nil || rec.Approval.Step != enrich.Upload {
 		t.Fatalf("the run is %s with approval %+v, want waiting before upload", rec.Status, rec.Approval)
@@ -157,13 +157,17 @@ func TestApprovalGateOnUpload(t *testing.T) {
 	if n := j.apis.Counts().Uploads; n != 0 {
 		t.Fatalf("%d uploads before the approval, want none", n)
 	}
-	eventually.That(t, time.Minute, "the approval notices: want one approval notice each", func() error {
+	for tick := time.NewTicker(50 * time.Millisecond); ; {
 		mails, _ := filepath.Glob(filepath.Join(g.mailDir, "*.eml"))
-		if kinds := g.kinds(run); !slices.Equal(kinds, []string{outbox.KindApproval}) || len(mails) != 1 {
-			return fmt.Errorf("webhook calls %v, %d mails", kinds, len(mails))
+		if slices.Equal(g.kinds(run), []string{outbox.KindApproval}) && len(mails) == 1 {
+			break
 		}
-		return nil
-	})
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the approval notices: webhook calls %v, %d mails; want one approval notice each", g.kinds(run), len(mails))
+		case <-tick.C:
+		}
+	}
 
 	seed, err := identity.NewSeed()
 	if err != nil {

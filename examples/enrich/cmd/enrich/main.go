@@ -147,7 +147,7 @@ func main() {
 func config(js jetstream.JetStream, s Settings) (app.Config, error) {
 	job, err := enrich.Job(enrich.Config{
 		APIs:      records.Client{ProfileURL: s.ProfileURL, GeoURL: s.GeoURL, RiskURL: s.RiskURL, HTTP: &http.Client{}},
-		UploadURL: s.UploadURL, CallTimeout: s.CallTimeout, GeoRate: s.GeoRPS,
+		UploadURL: s.UploadURL, CallTimeout: s.CallTimeout,
 	})
 	if err != nil {
 		return app.Config{}, err

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"errors"
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,7 +10,6 @@ import (
 
 	"github.com/cairnhq/cairn/examples/enrich"
 	"github.com/cairnhq/cairn/examples/enrich/stubapi"
-	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -34,23 +33,26 @@ func (j *job) undo(runID, id string, where map[string]string) {
 func (j *job) settled(runID, id string, status kc.Status) *kc.Record {
 	j.t.Helper()
 	store := j.store()
+	ctx, cancel := context.WithTimeout(j.t.Context(), 2*time.Minute)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	var last *kc.Record
-	err := eventually.Within(2*time.Minute, func() error {
-		rec, _, err := store.Load(j.t.Context(), runID)
-		if err != nil {
-			return err
+	for {
+		rec, _, err := store.Load(ctx, runID)
+		if err == nil {
+			last = rec
+			if rec.Undo != nil && rec.Undo.RequestID == kc.RequestKey(id) && rec.Status == status && rec.Lease == nil {
+				return rec
+			}
 		}
-		last = rec
-		if rec.Undo == nil || rec.Undo.RequestID != kc.RequestKey(id) || rec.Status != status || rec.Lease != nil {
-			return errors.New("not settled")
+		select {
+		case <-ctx.Done():
+			b, _ := os.ReadFile(filepath.Join(j.dir, "services-"+runID+".log"))
+			j.t.Fatalf("undo %s of %s never settled as %s: last record %+v (undo %+v, lease %+v), %v\nservices' log:\n%s", id, runID, status, last, last.Undo, last.Lease, err, tail(b, 6000))
+		case <-tick.C:
 		}
-		return nil
-	})
-	if err != nil {
-		b, _ := os.ReadFile(filepath.Join(j.dir, "services-"+runID+".log"))
-		j.t.Fatalf("undo %s of %s never settled as %s: last record %+v (undo %+v, lease %+v), %v\nservices' log:\n%s", id, runID, status, last, last.Undo, last.Lease, err, tail(b, 6000))
 	}
-	return last
 }
 
 // reversed is the record ids of the upload system's reversed uploads of runID, sorted,

@@ -20,7 +20,6 @@ import (
 	"github.com/cairnhq/cairn/examples/enrich"
 	"github.com/cairnhq/cairn/examples/enrich/records"
 	"github.com/cairnhq/cairn/examples/enrich/stubapi"
-	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/identity"
@@ -184,12 +183,17 @@ func TestEachServiceAsItsOwnUser(t *testing.T) {
 	geo := srv.connect("enrich-geo", "probe-geo", sp.ServiceInbox(enrich.Geo))
 	refused := func(subject string) {
 		t.Helper()
-		eventually.That(t, 10*time.Second, "the server reports refusing "+subject+" to enrich-geo", func() error {
-			if vs := srv.violations(); !slices.ContainsFunc(vs, func(v violation) bool { return v.user == "enrich-geo" && v.subject == subject }) {
-				return fmt.Errorf("violations %v", vs)
+		wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for !slices.ContainsFunc(srv.violations(), func(v violation) bool { return v.user == "enrich-geo" && v.subject == subject }) {
+			select {
+			case <-wait.Done():
+				t.Fatalf("the server did not report refusing %s to enrich-geo: %v", subject, srv.violations())
+			case <-tick.C:
 			}
-			return nil
-		})
+		}
 	}
 	// (a) The event of upload, which does not follow geo (validate does).
 	steps, err := admin.Stream(ctx, sp.Stream(assets.StreamSteps))
