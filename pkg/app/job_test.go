@@ -14,10 +14,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/pkg/app"
+	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/faults"
 	"github.com/cairnhq/cairn/pkg/fence"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/pipeline"
+	"github.com/cairnhq/cairn/pkg/ratelimit"
 	"github.com/cairnhq/cairn/pkg/runner"
 )
 
@@ -283,5 +285,46 @@ func TestMemoFiresTheItemLoopsFaultPoints(t *testing.T) {
 	}
 	if got := c.counts(); !maps.Equal(got, map[string]int{"tea": 1, "sugar": 1, "milk": 1}) {
 		t.Errorf("calls %v, want each item once: the first answer memoised before the fault", got)
+	}
+}
+
+// A step's declared rate limit is kept by the runner: each call Memo makes books a slot of
+// the limit first (one booking written in the limit's key per call), and a memoised answer
+// books none.
+func TestMemoWaitsForTheStepsLimit(t *testing.T) {
+	c := &calls{}
+	job := typedJob(c, nil)
+	job.Steps[1].RateLimit = "TYPED_PRICE_RPS"
+	limit := ratelimit.Limit{Bucket: assets.MustSpace("typed").Bucket(assets.BucketLimits), Key: "price", PerSecond: 1000}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	local, err := app.RunLocal(ctx, t.TempDir(), job, func(c *app.Config) {
+		c.Limits = map[string]ratelimit.Limit{"TYPED_PRICE_RPS": limit}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	for run, items := range map[string][]string{"o-1": {"tea", "sugar", "milk"}, "o-2": {"milk", "tea", "sugar"}} { // memos are a run's own
+		if err := local.Start(ctx, run, order{Items: items}); err != nil {
+			t.Fatal(err)
+		}
+		if rec, err := local.Wait(ctx, run); err != nil || rec.Status != kc.Done {
+			t.Fatalf("%s: %v, %v; want done", run, rec, err)
+		}
+	}
+	kv, err := local.JS().KeyValue(ctx, limit.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, limit.Key)
+	if err != nil {
+		t.Fatalf("the limit's key: %v (no call booked a slot)", err)
+	}
+	if got := e.Revision(); got != 6 {
+		t.Errorf("the limit's key is at revision %d, want 6: a booking for each of the 6 calls made", got)
+	}
+	if got := c.counts(); !maps.Equal(got, map[string]int{"tea": 2, "sugar": 2, "milk": 2}) {
+		t.Errorf("calls %v, want each item once a run", got)
 	}
 }
