@@ -1,26 +1,17 @@
-// Package enrich is a long job of someone else's, put on Cairn with the public API alone
-// (it imports nothing of Cairn's internal packages): fetch records from a file, enrich each
-// from three HTTP APIs in three steps that run side by side (profile: slow; geo:
-// rate-limited; risk: times out on some records), validate the records once all three
-// are verified, transform, and upload each to an outside system that enforces an
-// idempotency key and a fencing token.
+// Package enrich is a long job of someone else's, put on Cairn with the public API alone:
+// fetch records from a file, enrich each from three HTTP APIs side by side (profile: slow;
+// geo: rate-limited; risk: times out on some records), validate once all three are
+// verified, transform, and upload each to a system that enforces an idempotency key and a
+// fencing token.
 //
 //	fetch ─┬─ profile ─┬─ validate ── transform ── upload
 //	       ├─ geo ─────┤
 //	       └─ risk ────┘
 //
-// What Cairn gives it, with nothing written by hand for it: every step's output is a
-// verified checkpoint, so a restart resumes at the step that failed and repeats none before
-// it or beside it; every API answer is memoised (runner.Attempt.Memo), so no answer is paid
-// for twice and no rate limit burnt twice; every upload is keyed and fenced
-// (runner.Attempt.Keyed with pkg/httpidem's client), so a record is uploaded once and a
-// zombie's late upload is refused; a run that cannot go on is handed to a person; an undo
-// (of the run, or of chosen records: cairn undo --attr record=<id>) reverses the uploads
-// newest first through the upload system (Systems).
-//
-// What it writes itself: the job (Job: its steps in one list, each a typed function), the
-// reversal of an upload (UploadSystem), and the calls to its outside systems (package
-// records).
+// It writes the job (Job: its steps in one list, each a typed function), where an upload
+// is reversed (Systems) and the calls to its outside systems (package records); Cairn does
+// the rest: checkpoints, memoised answers, a shared rate limit, keyed and fenced uploads,
+// handovers, and an undo of the run or of chosen records, newest first.
 package enrich
 
 import (
@@ -28,7 +19,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -112,28 +102,11 @@ func Job(c Config) (app.Job, error) {
 	upload.Compensation = "each upload reversed by the upload system (POST /v1/uploads/<key>/reversal, keyed <key>:rev, fenced by the undo's token), once however often the undo is repeated; " +
 		"cairn undo RUN --pipeline enrich --attr record=<id> reverses that record's alone"
 
-	return app.Job{Name: "enrich", Input: []string{ParamSource}, CheckInput: checkInput,
+	return app.Job{Name: "enrich", Input: []string{ParamSource}, // a start carries the source, a path, alone
 		NaturalKey: "the records file; a second start of the same file is refused, naming the first run",
 		Steps: []app.Step{fetch, profile, geo, risk,
 			app.Compute(Validate, runner.Func(validate)).After(Profile, Geo, Risk),
 			app.Compute(Transform, runner.Func(transform)), upload}}, nil
-}
-
-// checkInput takes a start whose source is a path string, and nothing else.
-func checkInput(input map[string]json.RawMessage) error {
-	var errs []error
-	for name := range input {
-		if name != ParamSource {
-			errs = append(errs, fmt.Errorf("unknown member %q (the job takes %q)", name, ParamSource))
-		}
-	}
-	var src string
-	if raw, ok := input[ParamSource]; !ok {
-		errs = append(errs, fmt.Errorf("%q is missing: the path of the records file", ParamSource))
-	} else if err := json.Unmarshal(raw, &src); err != nil || src == "" {
-		errs = append(errs, fmt.Errorf("%q must be a non-empty path string, not %s", ParamSource, raw))
-	}
-	return errors.Join(errs...)
 }
 
 // input is a run's input.

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/pipeline"
@@ -18,6 +20,8 @@ type Job struct {
 	Name  string
 	Steps []Step
 	// Input, CheckInput, RunID and NaturalKey are the pipeline's (pipeline.Definition).
+	// Without a CheckInput, a start must carry every member of Input (not null, not "") and
+	// no other, each of the type the first step reads it as (a runner.Typed's In).
 	Input      []string
 	CheckInput func(input map[string]json.RawMessage) error
 	RunID      func(input map[string]json.RawMessage) string
@@ -103,6 +107,9 @@ func (j Job) Pipeline() pipeline.Definition {
 	if sp, err := assets.SpaceOf(j.Name); err == nil {
 		memo = sp.Bucket(assets.BucketMemo)
 	}
+	if d.CheckInput == nil && len(j.Input) > 0 {
+		d.CheckInput = j.checkMembers
+	}
 	for i, s := range j.Steps {
 		st := s.Step
 		if st.Kind == pipeline.ModelCall {
@@ -114,6 +121,30 @@ func (j Job) Pipeline() pipeline.Definition {
 		d.Steps[i] = st
 	}
 	return d
+}
+
+// checkMembers is a Job's CheckInput when it names none: every member of Input, and no
+// other, in the type the first step reads it as.
+func (j Job) checkMembers(input map[string]json.RawMessage) error {
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(input)) {
+		if !slices.Contains(j.Input, name) {
+			errs = append(errs, fmt.Errorf("unknown member %q (the job takes %s)", name, strings.Join(j.Input, ", ")))
+		}
+	}
+	for _, name := range j.Input {
+		if v := strings.TrimSpace(string(input[name])); v == "" || v == "null" || v == `""` {
+			errs = append(errs, fmt.Errorf("%q is missing", name))
+		}
+	}
+	if len(errs) == 0 && len(j.Steps) > 0 {
+		if c, ok := j.Steps[0].Do.(interface {
+			CheckInput(map[string]json.RawMessage) error
+		}); ok {
+			errs = append(errs, c.CheckInput(input))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // implementations are the job's steps' implementations, by step name.

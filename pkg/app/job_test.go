@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -326,5 +327,40 @@ func TestMemoWaitsForTheStepsLimit(t *testing.T) {
 	}
 	if got := c.counts(); !maps.Equal(got, map[string]int{"tea": 2, "sugar": 2, "milk": 2}) {
 		t.Errorf("calls %v, want each item once a run", got)
+	}
+}
+
+// A job that names no CheckInput refuses a start without a member of its Input, with one
+// it does not take, or with one the first step cannot read as its input, naming each.
+func TestJobChecksItsInputByDefault(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	local, err := app.RunLocal(ctx, t.TempDir(), typedJob(&calls{}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	for run, tc := range map[string]struct {
+		input any
+		wants []string
+	}{
+		"o-missing": {map[string]any{"item": "tea"}, []string{`unknown member "item" (the job takes items)`, `"items" is missing`}},
+		"o-null":    {map[string]any{"items": nil}, []string{`"items" is missing`}},
+		"o-type":    {map[string]any{"items": 5}, []string{"the input is no app_test.order", "cannot unmarshal number"}},
+	} {
+		err := local.Start(ctx, run, tc.input)
+		var refused *app.Refused
+		if !errors.As(err, &refused) {
+			t.Errorf("%s: %v, want a refusal", run, err)
+			continue
+		}
+		for _, w := range tc.wants {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s refused: %v, want it to say %q", run, err, w)
+			}
+		}
+	}
+	if err := local.Start(ctx, "o-good", order{Items: []string{"tea"}}); err != nil {
+		t.Errorf("a good start: %v", err)
 	}
 }

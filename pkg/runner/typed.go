@@ -113,6 +113,20 @@ func (t *Typed[In, Out]) abilities() hooks {
 	return h
 }
 
+// CheckInput reads a run's input (its members by name) as the step's In, as a step that
+// waits for no other reads it: an error names what does not fit (a member of another type).
+func (t *Typed[In, Out]) CheckInput(input map[string]json.RawMessage) error {
+	b, err := json.Marshal(input)
+	if err != nil {
+		return err
+	}
+	var in In
+	if err := json.Unmarshal(b, &in); err != nil {
+		return fmt.Errorf("the input is no %T: %w", in, err)
+	}
+	return nil
+}
+
 // In is the verified output of an earlier step, decoded into a T; the read goes into the
 // step's input fingerprint. A typed step reads what it waits for as its input; In reads
 // any other earlier step.
