@@ -1,6 +1,17 @@
 // Package runner runs one step of a pipeline: it consumes the step's durable consumer on
 // CAIRN_STEPS and follows the step protocol of DESIGN.md for every message.
 //
+// # A step
+//
+// A step is a Step: most simply a typed function (Func, Typed), whose input is what the step
+// waits for, decoded (an earlier step's output, a join's outputs by step name, or the run's
+// input), and whose output, a Go value, is its checkpoint; In reads any other earlier step.
+// Everything outside goes through the Attempt: Memo (and the typed Memo) for a paid call,
+// made once a run, after a slot of the step's declared rate limit; Keyed for keyed writes;
+// Queue for messages through the outbox; Retry for an item's temporary failure. Memo and
+// Keyed are the step's fault points. A step may also be a type with Run, and the interfaces
+// Fencer, Verifier, SourceChecker, Planner, ProgressCounter and Versioner.
+//
 // # The protocol
 //
 //  1. Decode and validate the event; an invalid one is recorded on cairn.rejected and terminated.

@@ -26,7 +26,7 @@ import (
 //
 // The other fields are optional: each gives the step what the interface of the same name
 // gives a step written as a type (Verifier, Planner, Fencer, SourceChecker,
-// ProgressCounter, Versioner), and the runner reads them so (Abilities).
+// ProgressCounter, Versioner), and the runner reads them so (AbilitiesOf).
 type Typed[In, Out any] struct {
 	Do func(ctx context.Context, a *Attempt, in In) (Out, error)
 	// Verify checks the output stored, decoded, against the input read again.
