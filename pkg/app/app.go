@@ -325,7 +325,8 @@ type Handles struct {
 
 // Run runs the named services (every one without names) until ctx ends: it checks the
 // assets (run Init first), reads each service's seed from KeysDir, and returns nil on a
-// clean stop, or the first service's error that stopped by itself (the others are stopped).
+// clean stop (ctx's end, during the start-up too), or the first service's error that stopped
+// by itself (the others are stopped).
 func Run(ctx context.Context, c Config, services ...string) error {
 	c = c.withJob()
 	for _, s := range services {
@@ -335,7 +336,7 @@ func Run(ctx context.Context, c Config, services ...string) error {
 	}
 	h, err := Open(ctx, c)
 	if err != nil {
-		return err
+		return stoppedWhileStarting(ctx, err)
 	}
 	c = h.c
 	if len(services) == 0 {
@@ -344,12 +345,12 @@ func Run(ctx context.Context, c Config, services ...string) error {
 	loops := make(map[string]func(context.Context) error, len(services))
 	for _, s := range services {
 		if loops[s], err = h.Service(s); err != nil {
-			return err
+			return stoppedWhileStarting(ctx, err)
 		}
 	}
 	var ended atomic.Pointer[error] // the first service that stopped by itself
 	if err := h.serve(ctx, &ended); err != nil {
-		return err
+		return stoppedWhileStarting(ctx, err)
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	for _, s := range services {
