@@ -14,10 +14,15 @@
 // up to the next command, are its output as the page shows it. The test's script (script in
 // guide_test.go) lists every command of the page in the page's order with what the test does
 // for it: run it as it stands (sh -c, in the module's folder), start it in the background
-// (a trailing &), signal the background process (kill), or look by an equivalent (sqlite3,
-// which a machine may lack, is a query through the project's driver). The test fails when the
-// page and the script disagree, so a command changed on the page is a command changed in the
-// test. Each line of output the page shows must be a line of what the command printed, once
-// the parts that change from run to run are masked (ports, times, durations, lease owners,
-// digests); a line "…" stands for lines left out, and a line ending in "…" for its start.
+// (a trailing &), signal the background process (kill), set a variable for the commands
+// after it (export), or look by an equivalent (sqlite3, which a machine may lack, is a query
+// through the project's driver). The test fails when the page and the script disagree, so a
+// command changed on the page is a command changed in the test. Each line of output the page
+// shows must be a line of what the command printed, once the parts that change from run to
+// run are masked (ports, times, durations, lease owners, digests); a line "…" stands for
+// lines left out, and a line ending in "…" for its start.
+//
+// The module is tidied with Cairn's go.sum copied in first, as the page says, and with the
+// test's own GOPROXY, GOMODCACHE and GOFLAGS: offline, a warm module cache (the repository's
+// own build) is enough.
 package guide

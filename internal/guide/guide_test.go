@@ -150,7 +150,8 @@ type follower struct {
 func environ() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CAIRN_") && !strings.HasPrefix(kv, "GOWORK=") {
+		// PWD: the shell takes its own from the folder a command runs in.
+		if !strings.HasPrefix(kv, "CAIRN_") && !strings.HasPrefix(kv, "GOWORK=") && !strings.HasPrefix(kv, "PWD=") && !strings.HasPrefix(kv, "OLDPWD=") {
 			env = append(env, kv)
 		}
 	}
