@@ -168,6 +168,7 @@ func TestContract(t *testing.T) {
 		{"create again", contractCreateAgain},
 		{"values beyond 32 bits", contractWide},
 		{"concurrent writers of the same keys", contractConcurrent},
+		{"remove takes a row back, fenced, once", contractRemove},
 	}
 	forEachBackend(t, func(t *testing.T, b backend) {
 		params := ""
@@ -494,3 +495,30 @@ func TestCreateRefusesAColumnWithoutAType(t *testing.T) {
 		t.Fatalf("Create: %v, want ErrInvalid naming the column", err)
 	}
 }
+
+func contractRemove(t *testing.T, b bundle) {
+	ctx := t.Context()
+	for _, rec := range []string{"rec-0001", "rec-0002"} {
+		b.mustPut(t, token(5), upload{record: rec, score: 1}.row(run+":"+rec))
+	}
+	// The undo's token is above the step's: the step's writer is fenced from then on.
+	if removed, err := b.store.Remove(ctx, token(7), run+":rec-0001"); err != nil || !removed {
+		t.Fatalf("Remove = %t, %v; want the row removed", removed, err)
+	}
+	if removed, err := b.store.Remove(ctx, token(7), run+":rec-0001"); err != nil || removed {
+		t.Fatalf("Remove again = %t, %v; want nothing removed, no error", removed, err)
+	}
+	if _, err := b.store.Put(ctx, token(5), upload{record: "rec-0001", score: 1}.row(run+":rec-0001")); !errors.Is(err, fence.ErrFenced) {
+		t.Fatalf("the step's late write after the undo: %v, want fence.ErrFenced", err)
+	}
+	if _, err := b.store.Remove(ctx, token(6), run+":rec-0002"); !errors.Is(err, fence.ErrFenced) {
+		t.Fatalf("a Remove under a stale token: %v, want fence.ErrFenced", err)
+	}
+	if _, err := b.store.Remove(ctx, token(7), "other-run:rec-0002"); !errors.Is(err, sqlidem.ErrInvalid) {
+		t.Fatalf("a Remove outside the token's run: %v, want ErrInvalid", err)
+	}
+	if n := b.count(t); n != 1 {
+		t.Fatalf("%d rows, want rec-0002 alone", n)
+	}
+}
+

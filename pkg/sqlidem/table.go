@@ -88,7 +88,7 @@ type Store struct {
 	d  fence.Dialect
 	t  Table
 
-	insert, digest, get, list string // the queries, in d's spelling
+	insert, digest, get, list, remove string // the queries, in d's spelling
 }
 
 // New is the store of t in db, a database that speaks d: a SQLite database opened with
@@ -116,6 +116,7 @@ func New(db *sql.DB, d fence.Dialect, t Table) (*Store, error) {
 	s.insert = d.Rebind(`INSERT INTO ` + t.Name + `(` + t.Key + `, ` + t.Digest + rest + `) VALUES (` +
 		strings.TrimSuffix(strings.Repeat("?, ", len(cols)+2), ", ") + `) ON CONFLICT(` + t.Key + `) DO NOTHING`)
 	s.digest = d.Rebind(`SELECT ` + t.Digest + ` FROM ` + t.Name + ` WHERE ` + t.Key + ` = ?`)
+	s.remove = d.Rebind(`DELETE FROM ` + t.Name + ` WHERE ` + t.Key + ` = ?`)
 	s.get = d.Rebind(`SELECT ` + t.Digest + rest + ` FROM ` + t.Name + ` WHERE ` + t.Key + ` = ?`)
 	s.list = d.Rebind(`SELECT ` + t.Key + `, ` + t.Digest + rest + ` FROM ` + t.Name +
 		` WHERE ` + keyOrder + ` >= ? AND ` + keyOrder + ` < ? ORDER BY ` + keyOrder)

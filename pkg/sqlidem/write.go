@@ -134,3 +134,31 @@ func (s *Store) insertRow(ctx context.Context, tx *sql.Tx, tok fence.Token, r Ro
 	}
 	return false, nil
 }
+
+// Remove deletes the row of key under tok in one transaction, the fence checked first, as
+// an undo takes back what a step wrote: tok is the undo's token, which the fence holds from
+// then on, so a step's writer of an older token cannot write the row again. It returns true
+// when a row was deleted, false when none was there (never written, or removed already):
+// safe to repeat. A fence held by a higher token is fence.ErrFenced; a key outside tok's run
+// is [ErrInvalid]; the database's transient errors are temporary ([Transient]).
+func (s *Store) Remove(ctx context.Context, tok fence.Token, key string) (removed bool, err error) {
+	if tok.RunID == "" || !strings.HasPrefix(key, tok.RunID+":") {
+		return false, fmt.Errorf("removing %s row %q: key outside run %q: %w", s.t.Name, key, tok.RunID, ErrInvalid)
+	}
+	err = Write(ctx, s.db, s.d, func(tx *sql.Tx) error {
+		if err := fence.Hold(ctx, tx, s.d, s.t.Fences, tok); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, s.remove, key)
+		if err != nil {
+			return fmt.Errorf("deleting: %w", err)
+		}
+		n, err := res.RowsAffected()
+		removed = n == 1
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("removing %s row %q: %w", s.t.Name, key, err)
+	}
+	return removed, nil
+}
