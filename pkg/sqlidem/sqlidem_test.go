@@ -521,4 +521,3 @@ func contractRemove(t *testing.T, b bundle) {
 		t.Fatalf("%d rows, want rec-0002 alone", n)
 	}
 }
-
