@@ -71,11 +71,7 @@ func TestEnrichFromTheCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	systems, err := enrich.Systems(ec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := app.Config{JS: js, Job: job, Systems: systems, KeysDir: keys,
+	cfg := app.Config{JS: js, Job: job, KeysDir: keys,
 		Limits:    map[string]ratelimit.Limit{enrich.RateSetting: enrich.GeoLimit(15)},
 		Heartbeat: 200 * time.Millisecond, Lease: time.Second, TakeoverGap: 100 * time.Millisecond, LoopGuard: 2,
 		Notices: app.Notices{Webhook: hook.URL, Secret: []byte("s3cret")}}

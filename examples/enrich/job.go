@@ -82,6 +82,10 @@ func Job(c Config) (app.Job, error) {
 	if err != nil {
 		return app.Job{}, err
 	}
+	systems, err := Systems(c)
+	if err != nil {
+		return app.Job{}, err
+	}
 	fetch := app.Read(Fetch, runner.Func(fetchRecords))
 	fetch.Leased = true
 	fetch.Checkpoint = "the records read, with the file's sha256: the source fingerprint upload checks after a break"
@@ -103,7 +107,7 @@ func Job(c Config) (app.Job, error) {
 		"cairn undo RUN --pipeline enrich --attr record=<id> reverses that record's alone"
 
 	return app.Job{Name: "enrich", Input: []string{ParamSource}, // a start carries the source, a path, alone
-		NaturalKey: "the records file; a second start of the same file is refused, naming the first run",
+		NaturalKey: "the records file; a second start of the same file is refused, naming the first run", Systems: systems,
 		Steps: []app.Step{fetch, profile, geo, risk,
 			app.Compute(Validate, runner.Func(validate)).After(Profile, Geo, Risk),
 			app.Compute(Transform, runner.Func(transform)), upload}}, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/runner"
+	"github.com/cairnhq/cairn/pkg/undo"
 )
 
 // Job is a pipeline whose steps are declared and implemented in one list: what
@@ -26,6 +27,10 @@ type Job struct {
 	CheckInput func(input map[string]json.RawMessage) error
 	RunID      func(input map[string]json.RawMessage) string
 	NaturalKey string
+	// Systems are the reversals of the job's outside systems, by the system name its
+	// effects carry (runner.Effect's Reverse.System): undo.HTTP, undo.SQL or the job's own;
+	// they join Config.Systems.
+	Systems map[string]undo.System
 }
 
 // Step is one step of a job: what it is (its declaration, which the runner's rules and the
@@ -170,6 +175,19 @@ func (c Config) withJob() Config {
 	}
 	c.Pipeline, c.Steps = job.Pipeline(), job.implementations()
 	var errs []error
+	if len(job.Systems) > 0 {
+		systems := maps.Clone(c.Systems)
+		if systems == nil {
+			systems = map[string]undo.System{}
+		}
+		for name, s := range job.Systems {
+			if _, ok := systems[name]; ok {
+				errs = append(errs, fmt.Errorf("system %q is both the Job's and the Config's", name))
+			}
+			systems[name] = s
+		}
+		c.Systems = systems
+	}
 	for _, s := range job.Steps {
 		if s.Do == nil {
 			errs = append(errs, fmt.Errorf("step %q has no implementation (Do)", s.Name))

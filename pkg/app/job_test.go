@@ -22,6 +22,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
 	"github.com/cairnhq/cairn/pkg/runner"
+	"github.com/cairnhq/cairn/pkg/undo"
 )
 
 // A step made by its kind declares what its implementation does: a write that raises fences
@@ -77,6 +78,11 @@ func TestJobGivenTwiceRefused(t *testing.T) {
 	empty.Steps = []app.Step{greet.Steps[0], {Step: pipeline.Step{Name: "shout", Kind: pipeline.Compute}}}
 	if err := app.Run(t.Context(), app.Config{JS: js, KeysDir: keys, Job: empty}); err == nil || !strings.Contains(err.Error(), `step "shout" has no implementation`) {
 		t.Errorf("Run of a step with no implementation: %v", err)
+	}
+	withSystem := greet
+	withSystem.Systems = map[string]undo.System{"mail-house": undo.HTTP{}}
+	if err := app.Init(t.Context(), app.Config{JS: js, KeysDir: keys, Job: withSystem, Systems: map[string]undo.System{"mail-house": undo.HTTP{}}}); err == nil || !strings.Contains(err.Error(), `system "mail-house" is both the Job's and the Config's`) {
+		t.Errorf("Init of a system named twice: %v", err)
 	}
 	if _, err := jetstream.JetStream.Stream(js, t.Context(), "CAIRN_GREET_STEPS"); err == nil {
 		t.Error("a refused Config made the job's streams")

@@ -152,16 +152,12 @@ func config(js jetstream.JetStream, s Settings) (app.Config, error) {
 	if err != nil {
 		return app.Config{}, err
 	}
-	systems, err := enrich.Systems(enrich.Config{UploadURL: s.UploadURL, CallTimeout: s.CallTimeout})
-	if err != nil {
-		return app.Config{}, err
-	}
 	fs, err := faults.Parse(s.Faults, filepath.Join(s.DataDir, "faults"))
 	if err != nil {
 		return app.Config{}, fmt.Errorf("CAIRN_FAULTS: %w", err)
 	}
 	c := app.Config{
-		JS: js, Job: job, Systems: systems, KeysDir: filepath.Join(s.DataDir, "keys"),
+		JS: js, Job: job, KeysDir: filepath.Join(s.DataDir, "keys"),
 		Limits: map[string]ratelimit.Limit{enrich.RateSetting: enrich.GeoLimit(s.GeoRPS)},
 		Lease:  s.Lease, Heartbeat: s.Heartbeat, AckWait: s.AckWait, Faults: fs,
 		Logger: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
