@@ -228,7 +228,9 @@ func apply(ctx context.Context, js jetstream.JetStream, c Config, create bool, c
 	if err := c.validate(); err != nil {
 		return fmt.Errorf("asset configuration: %w", err)
 	}
-	if _, err := js.AccountInfo(ctx); err != nil {
+	if _, err := js.AccountInfo(ctx); ctx.Err() != nil {
+		return fmt.Errorf("asking the NATS server for its JetStream account: %w", ctx.Err())
+	} else if err != nil {
 		return fmt.Errorf("the NATS server offers no JetStream: %w", err)
 	}
 	var errs []error

@@ -442,3 +442,15 @@ func TestEnsureUpdatesTheOutboxSenderDeliveryLimit(t *testing.T) {
 		t.Fatalf("Check after Ensure: %v", err)
 	}
 }
+
+// A check whose context ends says so, not that the server has no JetStream (a host stopped
+// while it starts read "offers no JetStream: context canceled").
+func TestCheckWithAnEndedContext(t *testing.T) {
+	js := natstest.JetStream(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	err := assets.Check(ctx, js, assets.Config{Steps: []string{"fetch"}})
+	if !errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "offers no JetStream") {
+		t.Fatalf("Check with an ended context: %v, want context.Canceled, not a server without JetStream", err)
+	}
+}
