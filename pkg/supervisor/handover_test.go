@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cairnhq/cairn/internal/eventually"
+	"github.com/cairnhq/cairn/internal/handover"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -255,7 +256,7 @@ func TestReassignmentsCountFromTheStepsLastProgress(t *testing.T) {
 	if err := json.Unmarshal(ne.Value(), &n); err != nil {
 		t.Fatal(err)
 	}
-	want := runner.HandoverDone{Keys: 7, Steps: []runner.StepDone{{Step: "a", Keys: 7}, {Step: "b", Counted: 12}}}
+	want := handover.Done{Keys: 7, Steps: []handover.StepDone{{Step: "a", Keys: 7}, {Step: "b", Counted: 12}}}
 	if fmt.Sprint(n.Done) != fmt.Sprint(want) {
 		t.Errorf("note done %+v, want %+v", n.Done, want)
 	}
