@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairnhq/cairn/internal/loopguard"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/retry"
 	"github.com/cairnhq/cairn/pkg/runner"
@@ -48,7 +49,7 @@ func Policies(s Settings) (item, attempt retry.Policy) {
 // retryOf works out st's retry policy and its worst case under s.
 func retryOf(st pipeline.Step, s Settings) (Retry, error) {
 	counted := slices.Contains(s.ProgressSteps, st.Name)
-	r := Retry{TriesPerAttempt: 1, Attempts: min(runner.GuardAttempts(s.LoopGuard, counted), s.MaxDeliver-1), ProgressCounted: counted,
+	r := Retry{TriesPerAttempt: 1, Attempts: min(loopguard.Attempts(s.LoopGuard, counted), s.MaxDeliver-1), ProgressCounted: counted,
 		TryBackoffMS: []int64{}, AttemptBackoffMS: []int64{}, TryBackoffBoundsMS: [][2]int64{}, AttemptBackoffBoundsMS: [][2]int64{}}
 	if st.ItemRetries {
 		r.TriesPerAttempt = s.RetryAttempts
