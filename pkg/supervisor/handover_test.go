@@ -15,6 +15,7 @@ import (
 
 	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/internal/handover"
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -160,7 +161,7 @@ func TestMaxDeliveriesAdvisoryHandsTheRunOver(t *testing.T) {
 	}
 
 	rev := f.create(t, "r1", func(r *kc.Record) { r.Step("a").Status = kc.Verified })
-	if err := runner.PublishStep(f.ctx, f.js, assets.Default, "/test", "r1", "b", 0, rev, f.clock.Now()); err != nil {
+	if err := stepevent.Publish(f.ctx, f.js, assets.Default, "/test", "r1", "b", 0, rev, f.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	// A worker that dies on the event every time: delivered, never answered. The server

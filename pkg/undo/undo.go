@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/audit"
 	"github.com/cairnhq/cairn/pkg/consume"
@@ -109,7 +110,7 @@ func New(c Config) (*Compensator, error) {
 	owner := lease.NewOwner(c.Space, "compensator")
 	takeover := lease.Takeover{JS: c.JS, Space: c.Space, Store: c.Store, Source: source, Gap: c.TakeoverGap, Now: c.Now,
 		Publish: func(ctx context.Context, runID, step string, generation int, rev uint64) error {
-			return runner.PublishStep(ctx, c.JS, c.Space, source, runID, step, generation, rev, c.Now())
+			return stepevent.Publish(ctx, c.JS, c.Space, source, runID, step, generation, rev, c.Now())
 		}}
 	return &Compensator{cfg: c, owner: owner, takeover: takeover, audit: audit.New(c.JS, "compensator", c.Now).In(c.Space),
 		log: c.Logger.With(slog.String("service", "compensator"), slog.String("owner", owner.Name))}, nil
