@@ -6,7 +6,7 @@
 // # Worst case of a retry policy
 //
 // The numbers follow the runner (package runner) under [Settings], computed from its own
-// retry policies ([Policies]: runner.ItemPolicy and runner.AttemptPolicy, package retry):
+// retry policies ([Policies]: the item and attempt policies of internal/retrypolicy):
 //
 //   - A step with [pipeline.Step.ItemRetries] tries each item's outside call up to
 //     RetryAttempts times in one attempt, waiting 100ms, 200ms, 400ms ... between tries

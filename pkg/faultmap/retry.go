@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/internal/loopguard"
+	"github.com/cairnhq/cairn/internal/retrypolicy"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/retry"
-	"github.com/cairnhq/cairn/pkg/runner"
 )
 
 // Retry is a step's retry policy under the settings, and its worst case for one item
@@ -43,7 +43,7 @@ type Retry struct {
 // Policies are the runner's retry policies under s: the same functions Attempt.Retry and
 // the attempt backoff use (package runner), not copies.
 func Policies(s Settings) (item, attempt retry.Policy) {
-	return runner.ItemPolicy(s.RetryAttempts), runner.AttemptPolicy()
+	return retrypolicy.Item(s.RetryAttempts), retrypolicy.Attempt()
 }
 
 // retryOf works out st's retry policy and its worst case under s.

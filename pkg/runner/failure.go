@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cairnhq/cairn/internal/handover"
+	"github.com/cairnhq/cairn/internal/retrypolicy"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
@@ -70,7 +71,7 @@ func (r *Runner) fail(ctx context.Context, a *Attempt, h *kc.Holder, err error) 
 	}
 }
 
-func backoff(attempts int) time.Duration { return AttemptPolicy().Delay(attempts) }
+func backoff(attempts int) time.Duration { return retrypolicy.Attempt().Delay(attempts) }
 
 // fenced: the attempt lost its lease; it writes nothing more and publishes no step event.
 func (r *Runner) fenced(ctx context.Context, a *Attempt, err error) {

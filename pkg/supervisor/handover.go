@@ -12,10 +12,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/internal/handover"
+	"github.com/cairnhq/cairn/internal/intents"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
-	"github.com/cairnhq/cairn/pkg/runner"
 	"github.com/cairnhq/cairn/pkg/saga"
 )
 
@@ -213,9 +213,9 @@ func (s *Supervisor) intentsOpen(ctx context.Context, rec *kc.Record, step strin
 	if def, ok := s.cfg.Pipeline.Step(step); !ok || !def.Writes() || rec.Step(step).Status == kc.Verified {
 		return 0, false
 	}
-	rctx, cancel := context.WithTimeout(ctx, runner.CountTimeout)
+	rctx, cancel := context.WithTimeout(ctx, intents.CountTimeout)
 	defer cancel()
-	t, err := saga.ReadTally(rctx, s.cfg.JS, s.cfg.Space, runner.SagaTrust(s.cfg.Store), rec.RunID, step, rec.Generation)
+	t, err := saga.ReadTally(rctx, s.cfg.JS, s.cfg.Space, intents.Trust(s.cfg.Store), rec.RunID, step, rec.Generation)
 	if err != nil {
 		s.log.Warn("intents_open not counted", slog.String("run_id", rec.RunID), slog.Any("error", err))
 		return 0, false

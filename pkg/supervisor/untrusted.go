@@ -69,7 +69,7 @@ func (s *Supervisor) noteUntrusted(ctx context.Context) {
 }
 
 // noteOnly writes the handover note of a run the supervisor cannot act on, the record
-// untouched: the same note id as the runner's (runner.noteOnly), so the run is noted once.
+// untouched: the same note id as the runner's (handover.Untrusted), so the run is noted once.
 func (s *Supervisor) noteOnly(ctx context.Context, runID, step string, cause error) error {
 	if err := events.ValidID("run_id", runID); err != nil {
 		return err

@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/intents"
+	"github.com/cairnhq/cairn/internal/retrypolicy"
 	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/audit"
@@ -71,7 +73,7 @@ type Config struct {
 	Logger      *slog.Logger
 
 	// RetryAttempts is the tries of one reversal that fails temporarily (a dropped database
-	// connection, SQLITE_BUSY), with runner.ItemPolicy's waits; default 3.
+	// connection, SQLITE_BUSY), with the runner's item retry waits; default 3.
 	RetryAttempts int
 }
 
@@ -187,7 +189,7 @@ func (c *Compensator) Handle(ctx context.Context, m jetstream.Msg) {
 		if meta != nil {
 			delivered = meta.NumDelivered
 		}
-		delay := runner.AttemptPolicy().Delay(int(min(max(delivered, 1), 64)) - 1)
+		delay := retrypolicy.Attempt().Delay(int(min(max(delivered, 1), 64)) - 1)
 		c.log.Warn("undo failed, will retry", slog.String("run_id", ev.Subject), slog.Any("error", err), slog.Duration("delay", delay))
 		_ = m.NakWithDelay(delay)
 	}
@@ -270,7 +272,7 @@ func (c *Compensator) undo(ctx context.Context, m jetstream.Msg, runID, id strin
 	if busy(rec) {
 		return nil // after the other undo
 	}
-	effects, forged, err := saga.Effects(ctx, c.cfg.JS, c.cfg.Space, runner.SagaTrust(c.cfg.Store), runID)
+	effects, forged, err := saga.Effects(ctx, c.cfg.JS, c.cfg.Space, intents.Trust(c.cfg.Store), runID)
 	if err != nil {
 		return err
 	}
@@ -328,7 +330,7 @@ func (c *Compensator) reverse(ctx context.Context, m jetstream.Msg, h *kc.Holder
 		// another compensator mid-reversal.
 		var made bool
 		err := lease.Keep(ctx, c.cfg.Heartbeat, h, func() bool { _ = m.InProgress(); return true }, func(ctx context.Context) error {
-			return runner.ItemPolicy(c.cfg.RetryAttempts).Do(ctx, runner.IsTemporary, func(int) error {
+			return retrypolicy.Item(c.cfg.RetryAttempts).Do(ctx, runner.IsTemporary, func(int) error {
 				var err error
 				made, err = c.cfg.Systems[e.Intent.Reverse.System].Reverse(ctx, token, cur, e)
 				return err
