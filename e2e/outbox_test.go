@@ -22,9 +22,9 @@ import (
 
 	"github.com/emersion/go-smtp"
 
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/assets"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
-	"github.com/cairnhq/cairn/pkg/runner"
 )
 
 // relay is a real SMTP server in the test process: it can be down (every connection closed
@@ -259,7 +259,7 @@ func TestHandoverNoticeOfACorruptRecordIsDelivered(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A step event for it: the step finds the record untrusted and hands it over by its note.
-	if err := runner.PublishStep(ctx, n.js, assets.Default, "/cairn/test", bad, "fetch", 0, 1, time.Now()); err != nil {
+	if err := stepevent.Publish(ctx, n.js, assets.Default, "/cairn/test", bad, "fetch", 0, 1, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	key := bad + ":handover:record:mail"

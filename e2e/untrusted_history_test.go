@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	job "github.com/cairnhq/cairn/internal/night"
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -55,7 +56,7 @@ func TestUntrustedRolledBackRecord(t *testing.T) {
 	if err != nil {
 		t.Fatalf("putting the first revision back as match: %v", err)
 	}
-	if err := runner.PublishStep(ctx, mjs, assets.Default, "/cairn/match", runID, job.Match, 0, rev, time.Now()); err != nil {
+	if err := stepevent.Publish(ctx, mjs, assets.Default, "/cairn/match", runID, job.Match, 0, rev, time.Now()); err != nil {
 		t.Fatalf("publishing match's event as match: %v", err)
 	}
 	d.services(job.PostLedger)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	job "github.com/cairnhq/cairn/internal/night"
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/identity"
@@ -148,7 +149,7 @@ func TestUntrustedSignedRecordsAndIntents(t *testing.T) {
 	if err != nil {
 		t.Fatalf("writing the forged record as match: %v", err)
 	}
-	if err := runner.PublishStep(ctx, mjs, assets.Default, "/cairn/match", runID, job.Compare, rec.Generation, rev, time.Now()); err != nil {
+	if err := stepevent.Publish(ctx, mjs, assets.Default, "/cairn/match", runID, job.Compare, rec.Generation, rev, time.Now()); err != nil {
 		t.Fatalf("publishing compare's event as match: %v", err)
 	}
 	handovers, err := d.js.KeyValue(ctx, assets.BucketHandovers)

@@ -18,9 +18,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	job "github.com/cairnhq/cairn/internal/night"
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/assets"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
-	"github.com/cairnhq/cairn/pkg/runner"
 )
 
 // captureUpgrade re-captures testdata/upgrade. Run it in a checkout of the release whose
@@ -140,7 +140,7 @@ func TestUpgradeResumesOldRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The event compare's process died before publishing, as the old release would have.
-		if err := runner.PublishStep(ctx, js, assets.Default, "/cairn/"+job.Compare, runID, job.PostLedger, old.Generation, rev, time.Now()); err != nil {
+		if err := stepevent.Publish(ctx, js, assets.Default, "/cairn/"+job.Compare, runID, job.PostLedger, old.Generation, rev, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	})

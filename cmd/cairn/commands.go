@@ -18,12 +18,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/cairnhq/cairn/internal/handover"
 	"github.com/cairnhq/cairn/internal/night"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/pipeline"
-	"github.com/cairnhq/cairn/pkg/runner"
 )
 
 // cmdHandovers lists the runs handed to a person, with their notes.
@@ -65,7 +65,7 @@ func cmdHandovers(ctx context.Context, args []string) error {
 		if err != nil {
 			continue // deleted in between
 		}
-		var n runner.HandoverNote
+		var n handover.Note
 		if err := json.Unmarshal(e.Value(), &n); err != nil {
 			fmt.Fprintf(os.Stderr, "handover note %s is unreadable: %v\n", k, err)
 			continue
@@ -100,7 +100,7 @@ func printNote(ctx context.Context, out io.Writer, js jetstream.JetStream, sp as
 	if err != nil {
 		return
 	}
-	var n runner.HandoverNote
+	var n handover.Note
 	if json.Unmarshal(e.Value(), &n) != nil {
 		return
 	}
@@ -112,8 +112,8 @@ func printNote(ctx context.Context, out io.Writer, js jetstream.JetStream, sp as
 
 // printDone shows what each step had done when the run stopped: a verified step's keys and
 // messages as its record says, the stopped step's read back with the keys that stand (the
-// first runner.MaxStanding of them, and where to list them all).
-func printDone(out io.Writer, d runner.HandoverDone) {
+// first handover.MaxStanding of them, and where to list them all).
+func printDone(out io.Writer, d handover.Done) {
 	for _, s := range d.Steps {
 		line := fmt.Sprintf("    %-13s %d keys, %d messages", s.Step, s.Keys, s.Messages)
 		switch {

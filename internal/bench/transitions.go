@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/internal/eventually"
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/identity"
@@ -383,7 +384,7 @@ func cairnTransitions(ctx context.Context, c TransitionsConfig, dir string, res 
 		if err != nil {
 			return fmt.Errorf("starting run %s: %w", runID, err)
 		}
-		if err := runner.PublishStep(ctx, js, assets.Default, "/cairn/bench", runID, first, 0, rev, time.Now()); err != nil {
+		if err := stepevent.Publish(ctx, js, assets.Default, "/cairn/bench", runID, first, 0, rev, time.Now()); err != nil {
 			return fmt.Errorf("starting run %s: %w", runID, err)
 		}
 	}

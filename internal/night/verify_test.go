@@ -16,6 +16,7 @@ import (
 	"github.com/cairnhq/cairn/internal/books"
 	"github.com/cairnhq/cairn/internal/natstest"
 	"github.com/cairnhq/cairn/internal/recon"
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
@@ -115,7 +116,7 @@ func (f *nightFixture) start(t *testing.T, runID string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := runner.PublishStep(ctx, f.js, assets.Default, "/cairn/test", runID, Fetch, 0, rev, time.Now()); err != nil {
+	if err := stepevent.Publish(ctx, f.js, assets.Default, "/cairn/test", runID, Fetch, 0, rev, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -137,7 +138,7 @@ func (f *nightFixture) approve(t *testing.T, runID string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := runner.PublishStep(ctx, f.js, assets.Default, "/cairn/test", runID, rec.Approval.Step, rec.Generation, rev, time.Now()); err != nil {
+	if err := stepevent.Publish(ctx, f.js, assets.Default, "/cairn/test", runID, rec.Approval.Step, rec.Generation, rev, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 }

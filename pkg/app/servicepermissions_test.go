@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/internal/eventually"
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/app"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
@@ -244,7 +245,7 @@ func TestServicePermissions(t *testing.T) {
 	}
 	// (a) The event of a step that does not follow it: read's, before it.
 	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
-	err = runner.PublishStep(short, ask, sp, "/cairn/ask", "r-2", "read", 1, 1, time.Now())
+	err = stepevent.Publish(short, ask, sp, "/cairn/ask", "r-2", "read", 1, 1, time.Now())
 	cancelShort()
 	refused("published the event of step read", err, sp.Step("read", "r-2"))
 	steps, err := admin.Stream(ctx, sp.Stream(assets.StreamSteps))
@@ -255,7 +256,7 @@ func TestServicePermissions(t *testing.T) {
 		t.Errorf("read's event for r-2 is stored (%v): ask's user scheduled a step before it", err)
 	}
 	// (b) Another step's durable: send's, holding an event admin put there.
-	if err := runner.PublishStep(ctx, admin, sp, "/cairn/admin", "r-3", "send", 1, 1, time.Now()); err != nil {
+	if err := stepevent.Publish(ctx, admin, sp, "/cairn/admin", "r-3", "send", 1, 1, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	cons, err := ask.Consumer(ctx, sp.Stream(assets.StreamSteps), "send")

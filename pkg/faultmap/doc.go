@@ -6,7 +6,7 @@
 // # Worst case of a retry policy
 //
 // The numbers follow the runner (package runner) under [Settings], computed from its own
-// retry policies ([Policies]: runner.ItemPolicy and runner.AttemptPolicy, package retry):
+// retry policies ([Policies]: the item and attempt policies of internal/retrypolicy):
 //
 //   - A step with [pipeline.Step.ItemRetries] tries each item's outside call up to
 //     RetryAttempts times in one attempt, waiting 100ms, 200ms, 400ms ... between tries
@@ -19,9 +19,9 @@
 //   - The loop guard of a step without a progress counter hands the run over at the
 //     LoopGuard-th failed attempt (a crash counts when the step restarts): LoopGuard
 //     attempts. A step in [Settings.ProgressSteps] counts what it made durable after each
-//     failed or dead attempt (runner.NextProgress) and is handed over after LoopGuard
+//     failed or dead attempt and is handed over after LoopGuard
 //     attempts in a row without more: an item that fails every time was preceded by items
-//     made (progress), so runner.GuardAttempts gives LoopGuard+1 attempts. Either way at
+//     made (progress), so the guard gives LoopGuard+1 attempts. Either way at
 //     most MaxDeliver-1 attempts run on one step event.
 //
 // So one item is called at most tries × attempts times while every call fails at once (as

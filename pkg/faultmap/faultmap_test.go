@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/internal/night"
+	"github.com/cairnhq/cairn/internal/retrypolicy"
 	"github.com/cairnhq/cairn/pkg/faultmap"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/outbox"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
-	"github.com/cairnhq/cairn/pkg/runner"
 )
 
 // defaults are the settings' defaults (DESIGN.md, "Configuration").
@@ -55,7 +55,7 @@ func TestRealPipelineHasNoGaps(t *testing.T) {
 			t.Errorf("text does not end with gaps: none:\n%s", out.String())
 		}
 		// The shared retry policy, as the runner has it, and the jitter bounds of its waits.
-		for _, want := range []string{runner.ItemPolicy(3).String(), runner.AttemptPolicy().String(), outbox.RetryPolicy(outbox.DefaultMaxBackoff).String(), "±10%",
+		for _, want := range []string{retrypolicy.Item(3).String(), retrypolicy.Attempt().String(), outbox.RetryPolicy(outbox.DefaultMaxBackoff).String(), "±10%",
 			"3 tries per item (waits 90ms–110ms, 180ms–220ms)", "× 3 attempts (waits 1.8s–2.2s, 3.6s–4.4s)"} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("text does not show %q:\n%s", want, out.String())
@@ -200,7 +200,7 @@ func TestRetryWorstCase(t *testing.T) {
 					r, tt.tries, tt.attempts, tt.calls, tt.cap, tt.ms, tt.peak, tt.tryWaits, tt.attemptWaits)
 			}
 			// The bounds are the runner's own policies' (±10%, never past the cap).
-			item, attempt := runner.ItemPolicy(tt.retries), runner.AttemptPolicy()
+			item, attempt := retrypolicy.Item(tt.retries), retrypolicy.Attempt()
 			for i, b := range r.TryBackoffBoundsMS {
 				if lo, hi := item.Bounds(i); b != [2]int64{lo.Milliseconds(), hi.Milliseconds()} || b[0] != tt.tryWaits[i]*9/10 {
 					t.Errorf("try wait %d: bounds %v, the runner's %s–%s", i, b, lo, hi)

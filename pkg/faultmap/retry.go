@@ -6,9 +6,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairnhq/cairn/internal/loopguard"
+	"github.com/cairnhq/cairn/internal/retrypolicy"
 	"github.com/cairnhq/cairn/pkg/pipeline"
 	"github.com/cairnhq/cairn/pkg/retry"
-	"github.com/cairnhq/cairn/pkg/runner"
 )
 
 // Retry is a step's retry policy under the settings, and its worst case for one item
@@ -42,13 +43,13 @@ type Retry struct {
 // Policies are the runner's retry policies under s: the same functions Attempt.Retry and
 // the attempt backoff use (package runner), not copies.
 func Policies(s Settings) (item, attempt retry.Policy) {
-	return runner.ItemPolicy(s.RetryAttempts), runner.AttemptPolicy()
+	return retrypolicy.Item(s.RetryAttempts), retrypolicy.Attempt()
 }
 
 // retryOf works out st's retry policy and its worst case under s.
 func retryOf(st pipeline.Step, s Settings) (Retry, error) {
 	counted := slices.Contains(s.ProgressSteps, st.Name)
-	r := Retry{TriesPerAttempt: 1, Attempts: min(runner.GuardAttempts(s.LoopGuard, counted), s.MaxDeliver-1), ProgressCounted: counted,
+	r := Retry{TriesPerAttempt: 1, Attempts: min(loopguard.Attempts(s.LoopGuard, counted), s.MaxDeliver-1), ProgressCounted: counted,
 		TryBackoffMS: []int64{}, AttemptBackoffMS: []int64{}, TryBackoffBoundsMS: [][2]int64{}, AttemptBackoffBoundsMS: [][2]int64{}}
 	if st.ItemRetries {
 		r.TriesPerAttempt = s.RetryAttempts

@@ -142,7 +142,7 @@ func driftText(d string) string {
 	return "not checked here (a break here is checked by the next step that checks)"
 }
 
-// guardText is the step's loop guard rule (runner.NextProgress, runner.GuardAttempts).
+// guardText is the step's loop guard rule (internal/loopguard: Next, Attempts).
 func guardText(r Retry, s Settings) string {
 	if !r.ProgressCounted {
 		return fmt.Sprintf("handed over at %d failed attempts (crashes included), whatever they did", s.LoopGuard)

@@ -141,7 +141,7 @@ type Takeover struct {
 	Source string        // the events' source: /cairn/<service>
 	Gap    time.Duration // CAIRN_TAKEOVER_GAP
 	Now    func() time.Time
-	// Publish publishes a step's event with Msg-Id <run>:<step>:ready:<rev> (runner.PublishStep).
+	// Publish publishes a step's event with Msg-Id <run>:<step>:ready:<rev> (stepevent.Publish).
 	Publish func(ctx context.Context, runID, step string, generation int, rev uint64) error
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/retrypolicy"
 	"github.com/cairnhq/cairn/pkg/audit"
 	"github.com/cairnhq/cairn/pkg/events"
 	"github.com/cairnhq/cairn/pkg/fence"
@@ -131,16 +132,6 @@ func (a *Attempt) Signer() *identity.Signer { return a.r.cfg.Store.Signer() }
 // Ring is what the step checks what it reads against (nil: nothing).
 func (a *Attempt) Ring() *identity.Ring { return a.r.cfg.Store.Ring() }
 
-// SagaTrust is what saga records are checked against by a service whose store is store:
-// its ring, each step's records written by the step's service; nil when the store checks
-// nothing.
-func SagaTrust(store *kvcheckpoint.Store) *saga.Trust {
-	if ring := store.Ring(); ring != nil {
-		return &saga.Trust{Ring: ring}
-	}
-	return nil
-}
-
 // Audit records an event about one item (a document, a key) on the timeline, asynchronously;
 // it is stored before the step's message is acknowledged. try is the in-process retry number.
 func (a *Attempt) Audit(event, item string, try int, attrs map[string]string) {
@@ -170,9 +161,10 @@ func (a *Attempt) Fault(ctx context.Context, point string, n int) error {
 }
 
 // Retry calls fn until it succeeds, fails other than temporarily, or has been tried the
-// configured number of times, waiting as ItemPolicy says. fn gets the try number, from 0.
+// configured number of times (Config.RetryAttempts), waiting 100ms, 200ms, 400ms ... (at
+// most 5s), each ±10%. fn gets the try number, from 0.
 func (a *Attempt) Retry(ctx context.Context, fn func(try int) error) error {
-	p := ItemPolicy(a.r.cfg.RetryAttempts)
+	p := retrypolicy.Item(a.r.cfg.RetryAttempts)
 	return p.Do(ctx, func(err error) bool {
 		if classify(err) != classTemporary {
 			return false

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 
+	"github.com/cairnhq/cairn/internal/handover"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
@@ -126,8 +127,8 @@ func (r *Runner) handoverIdle(ctx context.Context, runID, tag, reason string) {
 	}
 	cause := errors.New(reason)
 	note := r.note(rec, r.cfg.StepName, tag, cause, nil) // what the record knows of what was done
-	note.RunID, note.ID = runID, runID+":handover:"+r.cfg.StepName+":"+tag
-	if err := r.putNote(ctx, note); err != nil {
+	note.RunID, note.ID = runID, handover.ID(runID, r.cfg.StepName, tag)
+	if err := handover.Put(ctx, r.cfg.Handovers, note); err != nil {
 		r.log.Error("writing handover note", slog.Any("error", err))
 	}
 	_, rev, err := r.cfg.Store.Mutate(ctx, runID, func(n *kc.Record) error {
@@ -137,8 +138,7 @@ func (r *Runner) handoverIdle(ctx context.Context, runID, tag, reason string) {
 		n.Status = kc.HandedOver
 		n.Step(r.cfg.StepName).Status = kc.Failed
 		n.Step(r.cfg.StepName).SetLastError(reason)
-		n.Handover = &note.ID
-		n.NextAction = note.NextAction
+		handover.Name(n, note)
 		return nil
 	})
 	if err != nil {

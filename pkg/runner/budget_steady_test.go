@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/assets"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/pipeline"
@@ -54,7 +55,7 @@ func TestSmallOutputsNeverMakeRoom(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := runner.PublishStep(ctx, f.js, assets.Default, "/cairn/test", runID, "s01", 0, rev, time.Now()); err != nil {
+				if err := stepevent.Publish(ctx, f.js, assets.Default, "/cairn/test", runID, "s01", 0, rev, time.Now()); err != nil {
 					t.Fatal(err)
 				}
 				rec := f.wait(t, runID, finishing)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/internal/natstest"
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -95,7 +96,7 @@ func TestRecordBudgetKeepsRoomForAFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := runner.PublishStep(ctx, js, assets.Default, "/cairn/test", runID, "fetch", 0, rev, time.Now()); err != nil {
+	if err := stepevent.Publish(ctx, js, assets.Default, "/cairn/test", runID, "fetch", 0, rev, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	rec := f.wait(t, runID, handedOver)

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/internal/eventually"
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/assets"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/runner"
@@ -56,7 +57,7 @@ func (f *fixture) readyForTwo(t testing.TB, runID string) uint64 {
 
 func (f *fixture) publishTwo(t testing.TB, runID string, rev uint64) {
 	t.Helper()
-	if err := runner.PublishStep(context.Background(), f.js, assets.Default, "/cairn/test", runID, "two", 0, rev, time.Now()); err != nil {
+	if err := stepevent.Publish(context.Background(), f.js, assets.Default, "/cairn/test", runID, "two", 0, rev, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -165,7 +166,7 @@ func TestRememberedRecordThatMovedOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.runAll(t, output("one"))
-	if err := runner.PublishStep(ctx, f.js, assets.Default, "/cairn/test", "r1", "one", 0, rev, time.Now()); err != nil {
+	if err := stepevent.Publish(ctx, f.js, assets.Default, "/cairn/test", "r1", "one", 0, rev, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	rec := f.wait(t, "r1", finishing)

@@ -11,7 +11,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/internal/handover"
+	"github.com/cairnhq/cairn/internal/retrypolicy"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
@@ -70,7 +71,7 @@ func (r *Runner) fail(ctx context.Context, a *Attempt, h *kc.Holder, err error) 
 	}
 }
 
-func backoff(attempts int) time.Duration { return AttemptPolicy().Delay(attempts) }
+func backoff(attempts int) time.Duration { return retrypolicy.Attempt().Delay(attempts) }
 
 // fenced: the attempt lost its lease; it writes nothing more and publishes no step event.
 func (r *Runner) fenced(ctx context.Context, a *Attempt, err error) {
@@ -82,32 +83,17 @@ func (r *Runner) fenced(ctx context.Context, a *Attempt, err error) {
 	r.auditStep(a, "fenced", a.Token.Value, err.Error())
 }
 
-// HandoverNote is what a person reads in cairn-handovers.
-type HandoverNote struct {
-	ID         string       `json:"id"`
-	RunID      string       `json:"run_id"`
-	Step       string       `json:"step"`
-	Error      string       `json:"error"`
-	Done       HandoverDone `json:"done"`
-	NextAction string       `json:"next_action"`
-	At         string       `json:"at"`
-}
-
-// HandoverDone says what the run had done when it stopped.
-type HandoverDone struct {
-	Keys     int        `json:"keys"`     // keys written that stand (rows of the outside systems)
-	Messages int        `json:"messages"` // messages queued
-	Steps    []StepDone `json:"steps"`    // by step (steps that did nothing left out), the stopped step read back
-}
-
-const handoverAction = "a person decides: cairn resume %[1]s, cairn resume %[1]s --after-fix, or cairn undo %[1]s"
+// HandoverNote is what a person reads in cairn-handovers, and what a notifier
+// (Config.Notify, app.Notices) is told. Its home is internal/handover, which every service
+// that hands a run over writes it through.
+type HandoverNote = handover.Note
 
 // handover stops the run and hands it to a person: the note first, then the record (step
 // failed, lease released) in one compare-and-set.
 func (r *Runner) handover(ctx context.Context, a *Attempt, h *kc.Holder, cause error) settleFunc {
 	cur, _ := h.Record()
 	note := r.note(cur, a.Step, fmt.Sprintf("%d", a.Token.Value), cause, r.stepProgress(ctx, a))
-	if err := r.putNote(ctx, note); err != nil {
+	if err := handover.Put(ctx, r.cfg.Handovers, note); err != nil {
 		a.log.Error("writing handover note", slog.Any("error", err))
 		return nakAfter(time.Second)
 	}
@@ -121,8 +107,7 @@ func (r *Runner) handover(ctx context.Context, a *Attempt, h *kc.Holder, cause e
 		s.Status = kc.Failed
 		s.SetLastError(cause.Error())
 		s.SetIntentsOpen(open, counted)
-		n.Handover = &note.ID
-		n.NextAction = note.NextAction
+		handover.Name(n, note)
 		return nil
 	})
 	if classify(err) == classFenced {
@@ -146,42 +131,24 @@ func (r *Runner) handover(ctx context.Context, a *Attempt, h *kc.Holder, cause e
 // note is the handover note of rec's run stopped at step; p is what the step's own writes
 // read back (nil: unknown).
 func (r *Runner) note(rec *kc.Record, step, tag string, cause error, p *Progress) HandoverNote {
-	done := Done(rec, r.cfg.Pipeline, step, p)
 	runID := ""
 	if rec != nil {
 		runID = rec.RunID
 	}
 	return HandoverNote{
-		ID: fmt.Sprintf("%s:handover:%s:%s", runID, step, tag), RunID: runID, Step: step,
-		Error: cut(cause.Error(), kc.MaxLastError), Done: done,
-		NextAction: kc.CutText(fmt.Sprintf(handoverAction, r.cfg.Space.RunArg(runID)), kc.NextActionRoom(runID)), At: r.stamp(),
+		ID: handover.ID(runID, step, tag), RunID: runID, Step: step,
+		Error: cut(cause.Error(), kc.MaxLastError), Done: handover.DoneOf(rec, r.cfg.Pipeline, step, p.readBack()),
+		NextAction: handover.ResumeOrUndo(runID, r.cfg.Space.RunArg(runID)), At: r.stamp(),
 	}
-}
-
-func (r *Runner) putNote(ctx context.Context, n HandoverNote) error {
-	b, err := json.Marshal(n)
-	if err != nil {
-		return err
-	}
-	if _, err := r.cfg.Handovers.Put(ctx, n.RunID, b); err != nil {
-		return fmt.Errorf("writing handover note %q: %w", n.ID, err)
-	}
-	return nil
 }
 
 // noteOnly hands over a run whose record cannot be trusted: the note alone, the record untouched.
 func (r *Runner) noteOnly(ctx context.Context, runID string, cause error) {
-	n := r.note(nil, r.cfg.StepName, "record", cause, nil)
-	n.RunID = runID
-	n.ID = runID + ":handover:record"
-	n.NextAction = "inspect the checkpoint (nats kv get " + r.cfg.Space.Bucket(assets.BucketRuns) + " " + runID + "); it was not resumed and nothing was written"
-	if e, err := r.cfg.Handovers.Get(ctx, runID); err == nil {
-		var old HandoverNote
-		if json.Unmarshal(e.Value(), &old) == nil && old.ID == n.ID {
-			return
-		}
+	n := handover.Untrusted(r.cfg.Space, runID, r.cfg.StepName, cause, r.stamp())
+	if noted, _ := handover.Noted(ctx, r.cfg.Handovers, runID, n.ID); noted {
+		return
 	}
-	if err := r.putNote(ctx, n); err != nil {
+	if err := handover.Put(ctx, r.cfg.Handovers, n); err != nil {
 		r.log.Error("writing handover note", slog.Any("error", err))
 		return
 	}

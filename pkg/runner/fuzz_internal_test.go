@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/internal/natstest"
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/fence"
@@ -142,7 +143,7 @@ func FuzzRunnerProtocol(f *testing.F) {
 		if generation%4 == 3 {
 			gen = int(generation)
 		}
-		if err := PublishStep(ctx, js, assets.Default, "/cairn/fuzz", fuzzRunID, name, gen, rev, time.Now()); err != nil {
+		if err := stepevent.Publish(ctx, js, assets.Default, "/cairn/fuzz", fuzzRunID, name, gen, rev, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		wait := time.Second

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/internal/natstest"
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
@@ -119,7 +120,7 @@ func (f *fixture) start(t *testing.T, runID string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := runner.PublishStep(ctx, f.js, assets.Default, "/cairn/test", runID, "one", 0, rev, time.Now()); err != nil {
+	if err := stepevent.Publish(ctx, f.js, assets.Default, "/cairn/test", runID, "one", 0, rev, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"time"
 
+	"github.com/cairnhq/cairn/internal/intents"
 	"github.com/cairnhq/cairn/pkg/saga"
 )
 
@@ -57,7 +57,7 @@ func (a *Attempt) readTally(ctx context.Context) error {
 	if a.tally != nil {
 		return nil
 	}
-	t, err := saga.ReadTally(ctx, a.r.cfg.JS, a.r.cfg.Space, SagaTrust(a.r.cfg.Store), a.RunID, a.Step, a.Generation)
+	t, err := saga.ReadTally(ctx, a.r.cfg.JS, a.r.cfg.Space, intents.Trust(a.r.cfg.Store), a.RunID, a.Step, a.Generation)
 	if err != nil {
 		return Temporary(fmt.Errorf("reading the saga records of %s: %w", a.Step, err))
 	}
@@ -80,7 +80,7 @@ func (r *Runner) countIntents(ctx context.Context, a *Attempt) (int, bool) {
 		return 0, false
 	}
 	// A failure's own write must not wait on this read: it gets a part of the time.
-	rctx, cancel := context.WithTimeout(ctx, CountTimeout)
+	rctx, cancel := context.WithTimeout(ctx, intents.CountTimeout)
 	defer cancel()
 	if err := a.readTally(rctx); err != nil {
 		a.log.Warn("intents_open not counted", slog.Any("error", err))
@@ -88,7 +88,3 @@ func (r *Runner) countIntents(ctx context.Context, a *Attempt) (int, bool) {
 	}
 	return a.tally.Open(), true
 }
-
-// CountTimeout bounds the read of a step's saga records that counts its open intents for a
-// failure or a handover (the runner's, and the supervisor's for a step whose attempts died).
-const CountTimeout = 3 * time.Second

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/handover"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
@@ -118,11 +119,11 @@ func (r *Runner) failLeaseFree(ctx context.Context, a *Attempt, err error) settl
 	}
 	// The note goes first, as for a leased step: a record that says handed_over always has
 	// its note.
-	handover := c != classTemporary || (r.guardsByAttempts() && a.rec.Step(a.Step).Attempts+1 >= r.cfg.LoopGuard)
+	handingOver := c != classTemporary || (r.guardsByAttempts() && a.rec.Step(a.Step).Attempts+1 >= r.cfg.LoopGuard)
 	var note HandoverNote
-	if handover {
+	if handingOver {
 		note = r.note(a.rec, a.Step, fmt.Sprintf("%d", a.Token.Value), err, r.stepProgress(wctx, a))
-		if perr := r.putNote(wctx, note); perr != nil {
+		if perr := handover.Put(wctx, r.cfg.Handovers, note); perr != nil {
 			a.log.Error("writing handover note", slog.Any("error", perr))
 			return nakAfter(time.Second)
 		}
@@ -139,14 +140,13 @@ func (r *Runner) failLeaseFree(ctx context.Context, a *Attempt, err error) settl
 		s.SetLastError(err.Error())
 		s.Versions = r.versions() // what the next attempt compares its own with
 		s.SetIntentsOpen(open, counted)
-		if handover {
+		if handingOver {
 			if a.guarded != nil {
 				n.Progress = a.guarded
 			}
 			n.Status = kc.HandedOver
 			s.Status = kc.Failed
-			n.Handover = &note.ID
-			n.NextAction = note.NextAction
+			handover.Name(n, note)
 		}
 		return nil
 	})
@@ -157,7 +157,7 @@ func (r *Runner) failLeaseFree(ctx context.Context, a *Attempt, err error) settl
 		a.log.Warn("recording a failed attempt", slog.Any("error", werr))
 		return nakAfter(time.Second)
 	}
-	if handover {
+	if handingOver {
 		r.auditStep(a, "handover", a.Token.Value, err.Error())
 		r.notify(wctx, "handover", note, a.Generation, a.Token.Value)
 		r.m.Handovers.WithLabelValues(a.Step, "step_failed").Inc()

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/assets"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/runner"
@@ -31,7 +32,7 @@ func TestLeaseFreeCommitLeavesAHeldRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := runner.PublishStep(ctx, f.js, assets.Default, "/cairn/test", runID, "two", 0, rev, time.Now()); err != nil {
+	if err := stepevent.Publish(ctx, f.js, assets.Default, "/cairn/test", runID, "two", 0, rev, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	<-running

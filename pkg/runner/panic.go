@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/cairnhq/cairn/internal/handover"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -32,7 +33,7 @@ func (r *Runner) handoverPanic(ctx context.Context, m *nats.Msg, seq uint64, run
 		return
 	}
 	note := r.note(rec, step, "panic", cause, nil)
-	if err := r.putNote(ctx, note); err != nil {
+	if err := handover.Put(ctx, r.cfg.Handovers, note); err != nil {
 		r.log.Error("writing handover note", slog.String("run_id", runID), slog.Any("error", err))
 	}
 	_, rev, err := r.cfg.Store.Mutate(ctx, runID, func(n *kc.Record) error {
@@ -46,8 +47,7 @@ func (r *Runner) handoverPanic(ctx context.Context, m *nats.Msg, seq uint64, run
 			s.Status = kc.Failed
 			s.SetLastError(cause.Error())
 		}
-		n.Handover = &note.ID
-		n.NextAction = note.NextAction
+		handover.Name(n, note)
 		return nil
 	})
 	if err != nil {

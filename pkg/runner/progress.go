@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 
+	"github.com/cairnhq/cairn/internal/loopguard"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
 
@@ -38,20 +39,6 @@ type ProgressCounter interface {
 	Progress(ctx context.Context, a *Attempt) (Progress, error)
 }
 
-// NextProgress is the loop guard's count after an attempt of step ended with count made
-// durable: no_progress goes back to 0 when the count grew since the last count of the same
-// step (the first count compares with nothing made), else one more. The run is handed over
-// when no_progress reaches Config.LoopGuard.
-func NextProgress(prev *kc.Progress, step string, count int) kc.Progress {
-	if prev == nil || prev.Step != step {
-		prev = &kc.Progress{Step: step}
-	}
-	if count > prev.Count {
-		return kc.Progress{Step: step, Count: count}
-	}
-	return kc.Progress{Step: step, Count: prev.Count, NoProgress: prev.NoProgress + 1}
-}
-
 // counter is the step's progress counter, if it has one.
 func (r *Runner) counter() (ProgressCounter, bool) {
 	pc := r.hooks.counter
@@ -77,7 +64,7 @@ func (r *Runner) guardCount(ctx context.Context, pc ProgressCounter, a *Attempt,
 	if err != nil {
 		return kc.Progress{}, Temporary(err)
 	}
-	np := NextProgress(cur.Progress, a.Step, p.Total())
+	np := loopguard.Next(cur.Progress, a.Step, p.Total())
 	a.guarded = &np
 	if np.NoProgress == 0 {
 		// Stored before the attempt goes on: the supervisor's reassignment limit counts
@@ -144,7 +131,7 @@ func (r *Runner) guardFailure(ctx context.Context, a *Attempt, cur *kc.Record, e
 		// Not counted: the attempt counts as one without progress, as a step without a
 		// counter would.
 		a.log.Warn("the loop guard could not count", slog.Any("error", gerr))
-		p = NextProgress(cur.Progress, a.Step, -1)
+		p = loopguard.Next(cur.Progress, a.Step, -1)
 		a.guarded = &p
 		if p.NoProgress >= r.cfg.LoopGuard {
 			return &p, noProgress(a.Step, p.NoProgress, r.cfg.LoopGuard, "", err.Error())
@@ -191,22 +178,4 @@ func (r *Runner) guardLeaseFree(ctx context.Context, a *Attempt, rec *kc.Record,
 func (r *Runner) guardsByAttempts() bool {
 	_, ok := r.counter()
 	return !ok
-}
-
-// GuardAttempts is how many attempts of a step the loop guard lets run while one item fails
-// every time, before the run is handed over (the delivery limit may end them sooner): with
-// a counter, the first attempt made the items before it (progress), then guard attempts
-// make none; without, guard failed attempts.
-func GuardAttempts(guard int, counted bool) int {
-	if !counted {
-		return guard
-	}
-	var p *kc.Progress
-	for n := 1; ; n++ {
-		np := NextProgress(p, "s", 1) // the same count after every attempt
-		if np.NoProgress >= guard {
-			return n
-		}
-		p = &np
-	}
 }

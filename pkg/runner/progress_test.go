@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnhq/cairn/internal/handover"
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/assets"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/runner"
@@ -44,7 +46,7 @@ func (f *fixture) died(t *testing.T, attempts int, p *kc.Progress) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := runner.PublishStep(ctx, f.js, assets.Default, "/cairn/test", "r1", "one", 0, rev, time.Now()); err != nil {
+	if err := stepevent.Publish(ctx, f.js, assets.Default, "/cairn/test", "r1", "one", 0, rev, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -207,7 +209,7 @@ func TestHandoverNoteReadsBackTheStepsWrites(t *testing.T) {
 	f.start(t, "r1")
 	f.wait(t, "r1", handedOver)
 	n := f.note(t, "r1")
-	want := runner.HandoverDone{Keys: 3, Messages: 2, Steps: []runner.StepDone{
+	want := handover.Done{Keys: 3, Messages: 2, Steps: []handover.StepDone{
 		{Step: "one", Keys: 3},
 		{Step: "three", Messages: 2, ReadBack: true, Standing: []string{"r1:m1", "r1:m2"}, Where: "the outbox", Next: "r1:m3"},
 	}}

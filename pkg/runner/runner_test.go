@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/internal/eventually"
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -173,7 +174,7 @@ func TestZombieIsFenced(t *testing.T) {
 	if got.Lease == nil || got.Lease.Owner != thief.Name || got.Step("one").Status != kc.InProgress {
 		t.Errorf("the zombie wrote after it was fenced: lease %+v, step %s", got.Lease, got.Step("one").Status)
 	}
-	if stored, err := runner.StepEventStored(ctx, f.js, assets.Default, "r1", "two"); err != nil || stored {
+	if stored, err := stepevent.Stored(ctx, f.js, assets.Default, "r1", "two"); err != nil || stored {
 		t.Errorf("a step event for two was published (%v, %v)", stored, err)
 	}
 }
@@ -217,7 +218,7 @@ func TestFastTakeoverOfADeadOwner(t *testing.T) {
 	if _, err := f.store.Take(ctx, rec, rev, dead, "one", func(n *kc.Record) { n.Step("one").Status = kc.InProgress }); err != nil {
 		t.Fatal(err)
 	}
-	if err := runner.PublishStep(ctx, f.js, assets.Default, "/cairn/test", "r1", "one", 0, rev, time.Now()); err != nil {
+	if err := stepevent.Publish(ctx, f.js, assets.Default, "/cairn/test", "r1", "one", 0, rev, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	got := f.wait(t, "r1", finishing)
@@ -240,7 +241,7 @@ func TestVerifiedStepIsNotRunAgain(t *testing.T) {
 	f.start(t, "r1")
 	rec := f.wait(t, "r1", finishing)
 	ctx := context.Background()
-	if err := runner.PublishStep(ctx, f.js, assets.Default, "/cairn/test", "r1", "one", 0, 999999, time.Now()); err != nil {
+	if err := stepevent.Publish(ctx, f.js, assets.Default, "/cairn/test", "r1", "one", 0, 999999, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	stream, err := f.js.Stream(ctx, assets.StreamSteps)

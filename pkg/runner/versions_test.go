@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/assets"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/runner"
@@ -38,7 +39,7 @@ func TestRestartUnderOtherVersionsIsRecorded(t *testing.T) {
 	f.run(t, f.config("one", versioned{output("one"), "p2"}))
 	f.run(t, f.config("two", output("two")))
 	f.run(t, f.config("three", output("three")))
-	if err := runner.PublishStep(ctx, f.js, assets.Default, "/cairn/test", "r1", "one", 0, rev, time.Now()); err != nil {
+	if err := stepevent.Publish(ctx, f.js, assets.Default, "/cairn/test", "r1", "one", 0, rev, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	got := f.wait(t, "r1", finishing)
@@ -78,7 +79,7 @@ func TestTwoWorkersSameRunSameMoment(t *testing.T) {
 	}
 	// The same step event twice, under two ids, as two schedulers racing would publish it.
 	for _, r := range []uint64{rev, rev + 1000} {
-		if err := runner.PublishStep(ctx, f.js, assets.Default, "/cairn/test", "r1", "one", 0, r, time.Now()); err != nil {
+		if err := stepevent.Publish(ctx, f.js, assets.Default, "/cairn/test", "r1", "one", 0, r, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -120,7 +121,7 @@ func TestOtherBuildIsRecordedAsAVersionChange(t *testing.T) {
 			f.run(t, c)
 			f.run(t, f.config("two", output("two")))
 			f.run(t, f.config("three", output("three")))
-			if err := runner.PublishStep(ctx, f.js, assets.Default, "/cairn/test", "r1", "one", 0, rev, time.Now()); err != nil {
+			if err := stepevent.Publish(ctx, f.js, assets.Default, "/cairn/test", "r1", "one", 0, rev, time.Now()); err != nil {
 				t.Fatal(err)
 			}
 			got := f.wait(t, "r1", finishing)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/runner"
@@ -116,13 +117,13 @@ func (s *Supervisor) startAgain(ctx context.Context, rec *kc.Record, rev uint64,
 	if rec.Status != kc.Running || rec.Lease != nil || rec.Step(first).Status != kc.Pending {
 		return nil
 	}
-	dup, err := runner.PublishStepAck(ctx, s.cfg.JS, s.cfg.Space, source, runID, first, rec.Generation, rev, s.cfg.Now())
+	dup, err := stepevent.PublishAck(ctx, s.cfg.JS, s.cfg.Space, source, runID, first, rec.Generation, rev, s.cfg.Now())
 	if err != nil || !dup {
 		return err
 	}
 	// Dropped as a duplicate: fine while the first event still waits; if it was consumed,
 	// publish again under a revision of its own.
-	if stored, err := runner.StepEventStored(ctx, s.cfg.JS, s.cfg.Space, runID, first); err != nil || stored {
+	if stored, err := stepevent.Stored(ctx, s.cfg.JS, s.cfg.Space, runID, first); err != nil || stored {
 		return err
 	}
 	return s.republish(ctx, runID, first, rev)

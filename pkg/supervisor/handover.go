@@ -11,10 +11,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/handover"
+	"github.com/cairnhq/cairn/internal/intents"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
-	"github.com/cairnhq/cairn/pkg/runner"
 	"github.com/cairnhq/cairn/pkg/saga"
 )
 
@@ -45,25 +46,21 @@ func (s *Supervisor) handOver(ctx context.Context, runID, step, reason string, c
 		// Named first, so the note's cut error keeps them.
 		cause = fmt.Errorf("commands left for a person: %s; %w", named(rec.Commands), cause)
 	}
-	id := fmt.Sprintf("%s:handover:%s:%s", runID, cmpStep(step), reason)
+	id := handover.ID(runID, cmpStep(step), reason)
 	if reason == reasonOutboxStall || reason == reasonOutboxRefused {
 		// Mail can stop a run again after each resume: each such handover notifies.
 		id += fmt.Sprintf(":%d", rev0)
 	}
-	note := runner.HandoverNote{
+	note := handover.Note{
 		ID: id, RunID: runID, Step: step,
-		Error: cut(cause.Error(), kc.MaxLastError), NextAction: kc.CutText(fmt.Sprintf("a person decides: cairn resume %[1]s, cairn resume %[1]s --after-fix, or cairn undo %[1]s", s.cfg.Space.RunArg(runID)), kc.NextActionRoom(runID)),
+		Error: cut(cause.Error(), kc.MaxLastError), NextAction: handover.ResumeOrUndo(runID, s.cfg.Space.RunArg(runID)),
 		At: s.stamp(),
 		// What the record knows: the verified steps' keys and messages, and the loop
 		// guard's last count of the stopped step (the supervisor reads no outside system).
-		Done: runner.Done(rec, s.cfg.Pipeline, step, nil),
+		Done: handover.DoneOf(rec, s.cfg.Pipeline, step, nil),
 	}
-	b, err := json.Marshal(note)
-	if err != nil {
+	if err := handover.Put(ctx, s.cfg.Handovers, note); err != nil {
 		return err
-	}
-	if _, err := s.cfg.Handovers.Put(ctx, runID, b); err != nil {
-		return fmt.Errorf("writing handover note %q: %w", note.ID, err)
 	}
 	open, counted := s.intentsOpen(ctx, rec, step)
 	_, rev, err := s.cfg.Store.MutateFrom(ctx, rec, rev0, runID, func(r *kc.Record) error {
@@ -79,8 +76,7 @@ func (s *Supervisor) handOver(ctx context.Context, runID, step, reason string, c
 			st.SetLastError(cause.Error())
 			st.SetIntentsOpen(open, counted)
 		}
-		r.Handover = &note.ID
-		r.NextAction = note.NextAction
+		handover.Name(r, note)
 		return nil
 	})
 	if errors.Is(err, kc.ErrSkip) {
@@ -217,9 +213,9 @@ func (s *Supervisor) intentsOpen(ctx context.Context, rec *kc.Record, step strin
 	if def, ok := s.cfg.Pipeline.Step(step); !ok || !def.Writes() || rec.Step(step).Status == kc.Verified {
 		return 0, false
 	}
-	rctx, cancel := context.WithTimeout(ctx, runner.CountTimeout)
+	rctx, cancel := context.WithTimeout(ctx, intents.CountTimeout)
 	defer cancel()
-	t, err := saga.ReadTally(rctx, s.cfg.JS, s.cfg.Space, runner.SagaTrust(s.cfg.Store), rec.RunID, step, rec.Generation)
+	t, err := saga.ReadTally(rctx, s.cfg.JS, s.cfg.Space, intents.Trust(s.cfg.Store), rec.RunID, step, rec.Generation)
 	if err != nil {
 		s.log.Warn("intents_open not counted", slog.String("run_id", rec.RunID), slog.Any("error", err))
 		return 0, false

@@ -14,6 +14,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cairnhq/cairn/internal/eventually"
+	"github.com/cairnhq/cairn/internal/handover"
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
@@ -159,7 +161,7 @@ func TestMaxDeliveriesAdvisoryHandsTheRunOver(t *testing.T) {
 	}
 
 	rev := f.create(t, "r1", func(r *kc.Record) { r.Step("a").Status = kc.Verified })
-	if err := runner.PublishStep(f.ctx, f.js, assets.Default, "/test", "r1", "b", 0, rev, f.clock.Now()); err != nil {
+	if err := stepevent.Publish(f.ctx, f.js, assets.Default, "/test", "r1", "b", 0, rev, f.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	// A worker that dies on the event every time: delivered, never answered. The server
@@ -255,7 +257,7 @@ func TestReassignmentsCountFromTheStepsLastProgress(t *testing.T) {
 	if err := json.Unmarshal(ne.Value(), &n); err != nil {
 		t.Fatal(err)
 	}
-	want := runner.HandoverDone{Keys: 7, Steps: []runner.StepDone{{Step: "a", Keys: 7}, {Step: "b", Counted: 12}}}
+	want := handover.Done{Keys: 7, Steps: []handover.StepDone{{Step: "a", Keys: 7}, {Step: "b", Counted: 12}}}
 	if fmt.Sprint(n.Done) != fmt.Sprint(want) {
 		t.Errorf("note done %+v, want %+v", n.Done, want)
 	}

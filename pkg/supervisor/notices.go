@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairnhq/cairn/internal/handover"
 	"github.com/cairnhq/cairn/pkg/assets"
-	"github.com/cairnhq/cairn/pkg/runner"
 )
 
 // The notices of records that fail their checks are bounded per source: the source is the
@@ -35,7 +35,7 @@ type noticeBound struct {
 
 // notifyUntrusted tells of the note of a run whose record failed its checks: alone while the
 // window has room, else counted for the window's summary (flushNotices).
-func (s *Supervisor) notifyUntrusted(ctx context.Context, note runner.HandoverNote) {
+func (s *Supervisor) notifyUntrusted(ctx context.Context, note handover.Note) {
 	if s.cfg.Notify == nil {
 		return
 	}
@@ -85,7 +85,7 @@ func (s *Supervisor) flushNotices(ctx context.Context) {
 
 // summaryNote is the note of a summary notice: the count, the first runs, where the notes
 // are. It is not written to the handover bucket: each run has its own note there.
-func (s *Supervisor) summaryNote(held []string, since, now time.Time) runner.HandoverNote {
+func (s *Supervisor) summaryNote(held []string, since, now time.Time) handover.Note {
 	named := held[:min(len(held), maxSummaryRuns)]
 	more := ""
 	if len(held) > len(named) {
@@ -94,7 +94,7 @@ func (s *Supervisor) summaryNote(held []string, since, now time.Time) runner.Han
 	bucket := s.cfg.Space.Bucket(assets.BucketRuns)
 	why := fmt.Sprintf("%d more records of %s failed their checks since %s (more than %d in %s, told by this one notice): %s%s",
 		len(held), bucket, since.UTC().Format(time.RFC3339), s.cfg.NoticeBurst, s.cfg.NoticeWindow, strings.Join(named, ", "), more)
-	return runner.HandoverNote{
+	return handover.Note{
 		ID:    fmt.Sprintf("%s:handover:records:%d:%d", held[0], since.UnixNano(), len(held)),
 		RunID: held[0],
 		Error: cut(why, 2048),

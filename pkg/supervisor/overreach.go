@@ -2,15 +2,14 @@ package supervisor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 
+	"github.com/cairnhq/cairn/internal/handover"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
-	"github.com/cairnhq/cairn/pkg/runner"
 )
 
 // reasonOverreach is the handover reason of a run one of whose writers changed what is not
@@ -121,27 +120,22 @@ func (s *Supervisor) restore(ctx context.Context, runID string, o overreached) e
 	if l := o.good.rec.Lease; l != nil {
 		step = l.Step
 	}
-	note := runner.HandoverNote{
+	note := handover.Note{
 		ID: fmt.Sprintf("%s:handover:%s:%d", runID, reasonOverreach, o.rev), RunID: runID, Step: step,
 		Error: cut(o.cause.Error(), kc.MaxLastError),
 		NextAction: kc.CutText(fmt.Sprintf("the record before revision %d is put back; a person decides: cairn resume %[2]s, or cairn undo %[2]s", o.rev, s.cfg.Space.RunArg(runID)),
 			kc.NextActionRoom(runID)),
 		At:   s.stamp(),
-		Done: runner.Done(o.good.rec, s.cfg.Pipeline, step, nil),
+		Done: handover.DoneOf(o.good.rec, s.cfg.Pipeline, step, nil),
 	}
-	b, err := json.Marshal(note)
-	if err != nil {
+	if err := handover.Put(ctx, s.cfg.Handovers, note); err != nil {
 		return err
-	}
-	if _, err := s.cfg.Handovers.Put(ctx, runID, b); err != nil {
-		return fmt.Errorf("writing handover note %q: %w", note.ID, err)
 	}
 	_, rev, err := s.cfg.Store.Mutate(ctx, runID, func(r *kc.Record) error {
 		*r = *o.good.rec.Clone()
 		r.Status = kc.HandedOver
 		r.Lease = nil
-		r.Handover = &note.ID
-		r.NextAction = note.NextAction
+		handover.Name(r, note)
 		return nil
 	})
 	if errors.Is(err, kc.ErrCorrupt) {

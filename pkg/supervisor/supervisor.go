@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/audit"
 	"github.com/cairnhq/cairn/pkg/consume"
@@ -345,7 +346,7 @@ func (s *Supervisor) record(ctx context.Context, id string, a events.Audit) {
 }
 
 func (s *Supervisor) publish(ctx context.Context, runID, step string, generation int, rev uint64) error {
-	return runner.PublishStep(ctx, s.cfg.JS, s.cfg.Space, source, runID, step, generation, rev, s.cfg.Now())
+	return stepevent.Publish(ctx, s.cfg.JS, s.cfg.Space, source, runID, step, generation, rev, s.cfg.Now())
 }
 
 // publishReady publishes the event of every step of rec that may run now (one, for steps

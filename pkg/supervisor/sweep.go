@@ -12,10 +12,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/lease"
-	"github.com/cairnhq/cairn/pkg/runner"
 	"github.com/cairnhq/cairn/pkg/tracing"
 )
 
@@ -196,7 +196,7 @@ func (s *Supervisor) sweepRun(ctx context.Context, rec *kc.Record, rev uint64, s
 		return nil
 	}
 	for _, step := range rec.Ready() {
-		stored, err := runner.StepEventStored(ctx, s.cfg.JS, s.cfg.Space, runID, step)
+		stored, err := stepevent.Stored(ctx, s.cfg.JS, s.cfg.Space, runID, step)
 		if err != nil {
 			return err
 		}

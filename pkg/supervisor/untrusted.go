@@ -2,18 +2,15 @@ package supervisor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/internal/handover"
 	"github.com/cairnhq/cairn/pkg/consume"
 	"github.com/cairnhq/cairn/pkg/events"
-	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
-	"github.com/cairnhq/cairn/pkg/runner"
 )
 
 // reasonRecord is the handover reason of a run whose record cannot be trusted (a sum that
@@ -72,30 +69,19 @@ func (s *Supervisor) noteUntrusted(ctx context.Context) {
 }
 
 // noteOnly writes the handover note of a run the supervisor cannot act on, the record
-// untouched: the same note id as the runner's (runner.noteOnly), so the run is noted once.
+// untouched: the same note id as the runner's (handover.Untrusted), so the run is noted once.
 func (s *Supervisor) noteOnly(ctx context.Context, runID, step string, cause error) error {
 	if err := events.ValidID("run_id", runID); err != nil {
 		return err
 	}
-	note := runner.HandoverNote{
-		ID: runID + ":handover:record", RunID: runID, Step: step, Error: cut(cause.Error(), kc.MaxLastError),
-		NextAction: "inspect the checkpoint (nats kv get " + s.cfg.Space.Bucket(assets.BucketRuns) + " " + runID + "); it was not resumed and nothing was written",
-		At:         s.stamp(),
-	}
-	if e, err := s.cfg.Handovers.Get(ctx, runID); err == nil {
-		var old runner.HandoverNote
-		if json.Unmarshal(e.Value(), &old) == nil && old.ID == note.ID {
-			return nil
-		}
-	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+	note := handover.Untrusted(s.cfg.Space, runID, step, cause, s.stamp())
+	if noted, err := handover.Noted(ctx, s.cfg.Handovers, runID, note.ID); err != nil {
 		return fmt.Errorf("reading the handover note of %s: %w", runID, err)
+	} else if noted {
+		return nil
 	}
-	b, err := json.Marshal(note)
-	if err != nil {
+	if err := handover.Put(ctx, s.cfg.Handovers, note); err != nil {
 		return err
-	}
-	if _, err := s.cfg.Handovers.Put(ctx, runID, b); err != nil {
-		return fmt.Errorf("writing handover note %q: %w", note.ID, err)
 	}
 	s.notifyUntrusted(ctx, note)
 	s.cfg.Metrics.Handovers.WithLabelValues(cmpStep(step), reasonRecord).Inc()

@@ -2,16 +2,15 @@ package undo
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
+	"github.com/cairnhq/cairn/internal/handover"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
-	"github.com/cairnhq/cairn/pkg/runner"
 	"github.com/cairnhq/cairn/pkg/saga"
 )
 
@@ -54,24 +53,17 @@ func (c *Compensator) noteForged(ctx context.Context, runID string, n int, seqs 
 	if c.cfg.Handovers == nil {
 		return
 	}
-	id := runID + ":handover:" + Step + ":forged"
-	if e, err := c.cfg.Handovers.Get(ctx, runID); err == nil {
-		var old runner.HandoverNote
-		if json.Unmarshal(e.Value(), &old) == nil && old.ID == id {
-			return
-		}
+	id := handover.ID(runID, Step, "forged")
+	if noted, _ := handover.Noted(ctx, c.cfg.Handovers, runID, id); noted {
+		return
 	}
-	note := runner.HandoverNote{
+	note := handover.Note{
 		ID: id, RunID: runID, Step: Step,
 		Error:      kc.CutText(fmt.Sprintf("%d saga records of %s were refused and not reversed (%s sequence %s): unsigned past the seal, or signed by a service that does not write them", n, runID, c.cfg.Space.Stream(assets.StreamSaga), seqs), kc.MaxLastError),
 		NextAction: fmt.Sprintf("inspect them (nats stream get %s SEQ) and the rejections on %s; the run's real effects were reversed", c.cfg.Space.Stream(assets.StreamSaga), c.cfg.Space.Rejected()),
 		At:         c.cfg.Now().UTC().Format(time.RFC3339Nano),
 	}
-	b, err := json.Marshal(note)
-	if err == nil {
-		_, err = c.cfg.Handovers.Put(ctx, runID, b)
-	}
-	if err != nil {
+	if err := handover.Put(ctx, c.cfg.Handovers, note); err != nil {
 		c.log.Error("writing the handover note of refused saga records", slog.String("run_id", runID), slog.Any("error", err))
 	}
 }

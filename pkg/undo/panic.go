@@ -10,10 +10,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/handover"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
-	"github.com/cairnhq/cairn/pkg/runner"
 )
 
 // panicAction is what a person decides after an undo panicked.
@@ -50,8 +50,8 @@ func (c *Compensator) handoverPanic(ctx context.Context, m jetstream.Msg, nm *na
 	if !waiting {
 		id = rec.Undo.RequestID
 	}
-	note := runner.HandoverNote{
-		ID: runID + ":handover:" + Step + ":panic", RunID: runID, Step: Step,
+	note := handover.Note{
+		ID: handover.ID(runID, Step, "panic"), RunID: runID, Step: Step,
 		Error:      cut(fmt.Sprintf("the compensator panicked during undo %s: %v", id, cause), kc.MaxLastError),
 		NextAction: fmt.Sprintf(panicAction, runID),
 		At:         c.cfg.Now().UTC().Format(time.RFC3339Nano),
@@ -67,8 +67,7 @@ func (c *Compensator) handoverPanic(ctx context.Context, m jetstream.Msg, nm *na
 		default:
 			return kc.ErrSkip
 		}
-		r.Handover = &note.ID
-		r.NextAction = note.NextAction
+		handover.Name(r, note)
 		return nil
 	})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/handover"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/fence"
 	"github.com/cairnhq/cairn/pkg/idempotency"
@@ -58,8 +59,8 @@ func (c *Compensator) handOver(ctx context.Context, h *kc.Holder, missing []saga
 		keys = append(keys, "…")
 	}
 	names := slices.Sorted(maps.Keys(systems))
-	note := runner.HandoverNote{
-		ID: runID + ":handover:" + Step + ":system", RunID: runID, Step: Step,
+	note := handover.Note{
+		ID: handover.ID(runID, Step, "system"), RunID: runID, Step: Step,
 		Error: kc.CutText(fmt.Sprintf("undo of %s: %d effects name systems with no reversal registered: %s (keys %s); registered: %s",
 			runID, len(missing), strings.Join(names, ", "), strings.Join(keys, ", "), strings.Join(slices.Sorted(maps.Keys(c.cfg.Systems)), ", ")), kc.MaxLastError),
 		NextAction: fmt.Sprintf("a person decides: register the reversal of system %s (undo.Config.Systems) and undo %s again, or reverse those effects by hand", strings.Join(names, ", "), runID),
@@ -88,8 +89,8 @@ func refused(err error) bool {
 func (c *Compensator) handOverRefused(ctx context.Context, h *kc.Holder, e saga.Effect, n int, cause error) error {
 	cur, _ := h.Record()
 	runID := cur.RunID
-	note := runner.HandoverNote{
-		ID: runID + ":handover:" + Step + ":refused", RunID: runID, Step: Step,
+	note := handover.Note{
+		ID: handover.ID(runID, Step, "refused"), RunID: runID, Step: Step,
 		Error: kc.CutText(fmt.Sprintf("undo of %s: system %s refused the reversal of %s (effect %d): %v",
 			runID, e.Intent.Reverse.System, e.Intent.Key, n, cause), kc.MaxLastError),
 		NextAction: fmt.Sprintf("a person decides: settle the reversal of %s in %s by hand, then undo %s again", e.Intent.Key, e.Intent.Reverse.System, runID),
@@ -104,15 +105,14 @@ func (c *Compensator) handOverRefused(ctx context.Context, h *kc.Holder, e saga.
 
 // handOverWith writes note, hands the run over with the lease released and the cursor
 // kept, and puts event on the timeline.
-func (c *Compensator) handOverWith(ctx context.Context, h *kc.Holder, note runner.HandoverNote, event string) error {
+func (c *Compensator) handOverWith(ctx context.Context, h *kc.Holder, note handover.Note, event string) error {
 	runID := note.RunID
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	c.putNote(wctx, note)
 	if err := h.Release(wctx, func(r *kc.Record) error {
 		r.Status = kc.HandedOver
-		r.Handover = &note.ID
-		r.NextAction = note.NextAction
+		handover.Name(r, note)
 		return nil
 	}); err != nil {
 		return c.stop(ctx, h, err)
@@ -123,15 +123,11 @@ func (c *Compensator) handOverWith(ctx context.Context, h *kc.Holder, note runne
 
 // putNote writes a handover's note in the space's handovers bucket, before the record that
 // names it.
-func (c *Compensator) putNote(ctx context.Context, note runner.HandoverNote) {
+func (c *Compensator) putNote(ctx context.Context, note handover.Note) {
 	if c.cfg.Handovers == nil {
 		return
 	}
-	b, err := json.Marshal(note)
-	if err == nil {
-		_, err = c.cfg.Handovers.Put(ctx, note.RunID, b)
-	}
-	if err != nil {
+	if err := handover.Put(ctx, c.cfg.Handovers, note); err != nil {
 		c.log.Error("writing handover note", slog.String("run_id", note.RunID), slog.Any("error", err))
 	}
 }

@@ -15,6 +15,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cairnhq/cairn/internal/intents"
+	"github.com/cairnhq/cairn/internal/retrypolicy"
+	"github.com/cairnhq/cairn/internal/stepevent"
 	"github.com/cairnhq/cairn/pkg/assets"
 	"github.com/cairnhq/cairn/pkg/audit"
 	"github.com/cairnhq/cairn/pkg/consume"
@@ -70,7 +73,7 @@ type Config struct {
 	Logger      *slog.Logger
 
 	// RetryAttempts is the tries of one reversal that fails temporarily (a dropped database
-	// connection, SQLITE_BUSY), with runner.ItemPolicy's waits; default 3.
+	// connection, SQLITE_BUSY), with the runner's item retry waits; default 3.
 	RetryAttempts int
 }
 
@@ -109,7 +112,7 @@ func New(c Config) (*Compensator, error) {
 	owner := lease.NewOwner(c.Space, "compensator")
 	takeover := lease.Takeover{JS: c.JS, Space: c.Space, Store: c.Store, Source: source, Gap: c.TakeoverGap, Now: c.Now,
 		Publish: func(ctx context.Context, runID, step string, generation int, rev uint64) error {
-			return runner.PublishStep(ctx, c.JS, c.Space, source, runID, step, generation, rev, c.Now())
+			return stepevent.Publish(ctx, c.JS, c.Space, source, runID, step, generation, rev, c.Now())
 		}}
 	return &Compensator{cfg: c, owner: owner, takeover: takeover, audit: audit.New(c.JS, "compensator", c.Now).In(c.Space),
 		log: c.Logger.With(slog.String("service", "compensator"), slog.String("owner", owner.Name))}, nil
@@ -186,7 +189,7 @@ func (c *Compensator) Handle(ctx context.Context, m jetstream.Msg) {
 		if meta != nil {
 			delivered = meta.NumDelivered
 		}
-		delay := runner.AttemptPolicy().Delay(int(min(max(delivered, 1), 64)) - 1)
+		delay := retrypolicy.Attempt().Delay(int(min(max(delivered, 1), 64)) - 1)
 		c.log.Warn("undo failed, will retry", slog.String("run_id", ev.Subject), slog.Any("error", err), slog.Duration("delay", delay))
 		_ = m.NakWithDelay(delay)
 	}
@@ -269,7 +272,7 @@ func (c *Compensator) undo(ctx context.Context, m jetstream.Msg, runID, id strin
 	if busy(rec) {
 		return nil // after the other undo
 	}
-	effects, forged, err := saga.Effects(ctx, c.cfg.JS, c.cfg.Space, runner.SagaTrust(c.cfg.Store), runID)
+	effects, forged, err := saga.Effects(ctx, c.cfg.JS, c.cfg.Space, intents.Trust(c.cfg.Store), runID)
 	if err != nil {
 		return err
 	}
@@ -327,7 +330,7 @@ func (c *Compensator) reverse(ctx context.Context, m jetstream.Msg, h *kc.Holder
 		// another compensator mid-reversal.
 		var made bool
 		err := lease.Keep(ctx, c.cfg.Heartbeat, h, func() bool { _ = m.InProgress(); return true }, func(ctx context.Context) error {
-			return runner.ItemPolicy(c.cfg.RetryAttempts).Do(ctx, runner.IsTemporary, func(int) error {
+			return retrypolicy.Item(c.cfg.RetryAttempts).Do(ctx, runner.IsTemporary, func(int) error {
 				var err error
 				made, err = c.cfg.Systems[e.Intent.Reverse.System].Reverse(ctx, token, cur, e)
 				return err

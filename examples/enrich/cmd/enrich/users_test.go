@@ -25,7 +25,6 @@ import (
 	"github.com/cairnhq/cairn/pkg/identity"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
-	"github.com/cairnhq/cairn/pkg/runner"
 )
 
 // Each of the job's services runs as a process of its own, connected as a NATS user of its
@@ -205,7 +204,7 @@ func TestEachServiceAsItsOwnUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
-	err = runner.PublishStep(short, geo, sp, "/cairn/geo", "r-x", enrich.Upload, 1, 1, time.Now())
+	_, err = geo.Publish(short, sp.Step(enrich.Upload, "r-x"), []byte("{}")) // refused by subject, whatever it carries
 	cancelShort()
 	if err == nil {
 		t.Error("geo's user published upload's event: the stream acked it")
