@@ -6,20 +6,12 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 )
-
-// pending are the packages allowed, for now, to have no runnable example.
-//
-// TEMPORARY: runner's example is being written alongside a change to runner (issue 34).
-// Remove this entry, and then this map, once it lands; the test says when an entry is no
-// longer needed.
-var pending = map[string]bool{}
 
 func TestEveryPublicPackageHasAnExample(t *testing.T) {
 	t.Parallel()
@@ -31,19 +23,8 @@ func TestEveryPublicPackageHasAnExample(t *testing.T) {
 		t.Fatal("no packages found under ../../pkg")
 	}
 	for _, p := range found.packages {
-		why := found.lacks[p]
-		switch {
-		case pending[p] && len(why) == 0:
-			t.Errorf("pkg/%s has its doc.go and a runnable example now: remove it from pending", p)
-		case pending[p]:
-			t.Logf("pkg/%s is pending: %s", p, strings.Join(why, "; "))
-		case len(why) > 0:
+		if why := found.lacks[p]; len(why) > 0 {
 			t.Errorf("pkg/%s: %s", p, strings.Join(why, "; "))
-		}
-	}
-	for _, p := range slices.Sorted(maps.Keys(pending)) {
-		if !slices.Contains(found.packages, p) {
-			t.Errorf("pending names pkg/%s, which is not a package: remove it", p)
 		}
 	}
 }
