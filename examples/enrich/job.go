@@ -9,7 +9,7 @@
 //	       └─ risk ────┘
 //
 // It writes the job (Job: its steps in one list, each a typed function), where an upload
-// is reversed (Systems) and the calls to its outside systems (package records); Cairn does
+// is reversed (uploadUndo) and the calls to its outside systems (package records); Cairn does
 // the rest: checkpoints, memoised answers, a shared rate limit, keyed and fenced uploads,
 // handovers, and an undo of the run or of chosen records, newest first.
 package enrich
@@ -33,6 +33,7 @@ import (
 	"github.com/cairnhq/cairn/pkg/httpidem"
 	"github.com/cairnhq/cairn/pkg/ratelimit"
 	"github.com/cairnhq/cairn/pkg/runner"
+	"github.com/cairnhq/cairn/pkg/undo"
 )
 
 // The job's steps, in the order declared: profile, geo and risk run side by side after
@@ -82,10 +83,6 @@ func Job(c Config) (app.Job, error) {
 	if err != nil {
 		return app.Job{}, err
 	}
-	systems, err := Systems(c)
-	if err != nil {
-		return app.Job{}, err
-	}
 	fetch := app.Read(Fetch, runner.Func(fetchRecords))
 	fetch.Leased = true
 	fetch.Checkpoint = "the records read, with the file's sha256: the source fingerprint upload checks after a break"
@@ -107,7 +104,8 @@ func Job(c Config) (app.Job, error) {
 		"cairn undo RUN --pipeline enrich --attr record=<id> reverses that record's alone"
 
 	return app.Job{Name: "enrich", Input: []string{ParamSource}, // a start carries the source, a path, alone
-		NaturalKey: "the records file; a second start of the same file is refused, naming the first run", Systems: systems,
+		NaturalKey: "the records file; a second start of the same file is refused, naming the first run",
+		Systems:    map[string]undo.System{SystemUpload: uploadUndo(c, client)},
 		Steps: []app.Step{fetch, profile, geo, risk,
 			app.Compute(Validate, runner.Func(validate)).After(Profile, Geo, Risk),
 			app.Compute(Transform, runner.Func(transform)), upload}}, nil

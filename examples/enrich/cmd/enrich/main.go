@@ -166,14 +166,14 @@ func config(js jetstream.JetStream, s Settings) (app.Config, error) {
 	return c, nil
 }
 
-// initConfig is what app.Init needs of the job whose data directory is dir: no steps, the
-// systems an undo reverses (so that the compensator's key is made).
+// initConfig is what app.Init needs of the job whose data directory is dir: its steps and
+// the systems an undo reverses (so that the compensator's key is made), no outside system.
 func initConfig(js jetstream.JetStream, dir string) app.Config {
-	systems, err := enrich.Systems(enrich.Config{})
+	job, err := enrich.Job(enrich.Config{})
 	if err != nil {
 		panic(err) // the default client configuration
 	}
-	return app.Config{JS: js, Pipeline: enrich.Pipeline, Systems: systems, KeysDir: filepath.Join(dir, "keys"), AckWait: 3 * time.Second}
+	return app.Config{JS: js, Job: job, KeysDir: filepath.Join(dir, "keys"), AckWait: 3 * time.Second}
 }
 
 // serve makes the assets (init) or runs the named services.
