@@ -104,7 +104,8 @@ func (s Step) After(steps ...string) Step {
 
 // Pipeline is the job's definition: its steps' declarations, each with what the runner
 // requires of its kind filled in where the step leaves it empty (where a model call's
-// answers are memoised, the keys of a write).
+// answers are memoised, the keys of a write), and a write's compensation when the job
+// registers systems that reverse effects.
 func (j Job) Pipeline() pipeline.Definition {
 	d := pipeline.Definition{Name: j.Name, Input: j.Input, CheckInput: j.CheckInput, RunID: j.RunID, NaturalKey: j.NaturalKey,
 		Steps: make([]pipeline.Step, len(j.Steps))}
@@ -122,6 +123,10 @@ func (j Job) Pipeline() pipeline.Definition {
 		}
 		if st.Writes() {
 			st.Key = cmp.Or(st.Key, "the keys given to runner.Attempt.Keyed, each enforced by the outside system")
+		}
+		if st.ReversibleWrites() && st.Compensation == "" && len(j.Systems) > 0 {
+			st.Compensation = "each effect reversed, newest first, through the system its intent names (the job's: " +
+				strings.Join(slices.Sorted(maps.Keys(j.Systems)), ", ") + ")"
 		}
 		d.Steps[i] = st
 	}

@@ -42,8 +42,12 @@ func TestJobDeclaresFromTheImplementation(t *testing.T) {
 		t.Fatal(err)
 	}
 	step := func(name string) pipeline.Step { s, _ := d.Step(name); return s }
-	if s := step("put"); !s.Fenced || !s.Leased || !s.ChecksSource || s.Kind != pipeline.BusinessWrite || s.Key == "" {
-		t.Errorf("put: %+v, want a fenced, leased business write that checks the source and names its keys", s)
+	if s := step("put"); !s.Fenced || !s.Leased || !s.ChecksSource || s.Kind != pipeline.BusinessWrite || s.Key == "" || s.Compensation != "" {
+		t.Errorf("put: %+v, want a fenced, leased business write that checks the source and names its keys, and no compensation (no systems)", s)
+	}
+	job.Systems = map[string]undo.System{"books": undo.SQL{}}
+	if s, _ := job.Pipeline().Step("put"); !strings.Contains(s.Compensation, "the job's: books") {
+		t.Errorf("put's compensation with a system registered: %q", s.Compensation)
 	}
 	if s := step("ask"); s.Leased || s.Kind != pipeline.ModelCall || !strings.Contains(s.Memo, "cairn-decl-memo") {
 		t.Errorf("ask: %+v, want a lease-free model call memoised in cairn-decl-memo", s)

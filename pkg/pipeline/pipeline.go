@@ -147,9 +147,10 @@ func (d Definition) Step(name string) (Step, bool) {
 	return d.Steps[i], true
 }
 
-// Validate checks names are unique, that writing steps take the lease, that each step
-// waits only on steps declared before it, and that a step taking the run's lease (one per
-// run) never runs beside another step.
+// Validate checks names are unique, that a fenced step takes the lease (a token fences
+// only its holder's writes), that each step waits only on steps declared before it, and
+// that a step taking the run's lease (one per run) never runs beside another step. A write
+// that is not fenced may be lease-free: its keys make a repeat harmless.
 func (d Definition) Validate() error {
 	seen := map[string]bool{}
 	var errs []error
