@@ -17,15 +17,15 @@ import (
 // ErrNoMemo: the runner was given no memo bucket (Config.Memo), so a step cannot memoise.
 var ErrNoMemo = errors.New("the runner has no memo bucket (Config.Memo)")
 
-// MemoEvent is the timeline's event of a memoised call made (Attempt.Memo): it is recorded
+// memoEvent is the timeline's event of a memoised call made (Attempt.Memo): it is recorded
 // before the call, so a paid call is counted even when the process dies during it.
-const MemoEvent = "memo.called"
+const memoEvent = "memo.called"
 
 // Memo returns the answer saved under key for this run, or makes call, saves its answer
 // under key and returns it: a call answered once is never made again in the run, by this
 // attempt or any later one (a restart, a takeover). The answer is saved in the memo bucket
 // as <run_id>.<key> (key: letters, digits, '-', '_', '=' and '.' separated tokens), word for
-// word. Each call is recorded on the timeline (MemoEvent, item key, the attempt's try of
+// word. Each call is recorded on the timeline (memoEvent, item key, the attempt's try of
 // the key) before it is made, after a slot of the step's declared rate limit (Config.Limit),
 // if it has one. The attempt's Memo calls are its item loop's fault points:
 // faults.BeforeWrite before a call is made and faults.AfterWrite once an answer is saved
@@ -70,7 +70,7 @@ func (a *Attempt) Memo(ctx context.Context, key string, call func(ctx context.Co
 			return nil, Temporary(fmt.Errorf("waiting for the rate limit of %s: %w", a.Step, err))
 		}
 	}
-	if err := a.AuditNow(ctx, MemoEvent, key, try, nil); err != nil {
+	if err := a.AuditNow(ctx, memoEvent, key, try, nil); err != nil {
 		return nil, Temporary(err)
 	}
 	answer, err := call(ctx)
