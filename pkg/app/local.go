@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/cairnhq/cairn/pkg/artifacts"
 	"github.com/cairnhq/cairn/pkg/assets"
+	"github.com/cairnhq/cairn/pkg/events"
 	kc "github.com/cairnhq/cairn/pkg/kvcheckpoint"
 )
 
@@ -157,4 +159,40 @@ func (l *Local) Output(ctx context.Context, runID, step string, v any) error {
 		return err
 	}
 	return json.Unmarshal(b, v)
+}
+
+// Undo asks for an undo of run runID, of the effects whose attributes match every pair of
+// where (nil: the whole run), as `cairn undo --attr` does, under requestID (the same id again
+// is the same undo), and waits until the compensator has finished it: the record it left
+// (its Undo says how many effects it reversed; a whole run ends undone). The job needs the
+// reversals of its systems (Job.Systems).
+func (l *Local) Undo(ctx context.Context, runID, requestID string, where map[string]string) (*kc.Record, error) {
+	var scope *events.UndoScope
+	if len(where) > 0 {
+		scope = &events.UndoScope{Where: where}
+	}
+	if err := Command(ctx, l.js, l.name, runID, events.VerbUndo, requestID, events.Command{Scope: scope}); err != nil {
+		return nil, err
+	}
+	sp, _ := assets.SpaceOf(l.name)
+	store, err := kc.Open(ctx, l.js, sp.Bucket(assets.BucketRuns))
+	if err != nil {
+		return nil, err
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		rec, _, err := store.Load(ctx, runID)
+		if err != nil && !errors.Is(err, kc.ErrNotFound) {
+			return nil, err
+		}
+		if err == nil && rec.Undo != nil && rec.Undo.RequestID == kc.RequestKey(requestID) && rec.Status != kc.Undoing {
+			return rec, nil
+		}
+		select {
+		case <-ctx.Done():
+			return rec, fmt.Errorf("undo %s of %s: %w", requestID, runID, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
