@@ -225,3 +225,32 @@ func pdf(number string) file {
 	data := append([]byte("%PDF-1.7\n\x00\xff\xfe"), []byte("invoice "+number)...)
 	return file{name: "invoice-" + number + ".pdf", contentType: "application/pdf", data: data}
 }
+
+// deliverMay creates folder and delivers mails to it, one a day from the 4th of May, as
+// the mail server would (for the examples, which have no testing.T).
+func deliverMay(addr, folder string, mails ...[]byte) error {
+	cl, err := imapclient.DialInsecure(addr, nil)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if err := cl.Login(user, password).Wait(); err != nil {
+		return err
+	}
+	if err := cl.Create(folder, nil).Wait(); err != nil {
+		return err
+	}
+	for i, raw := range mails {
+		cmd := cl.Append(folder, int64(len(raw)), &imap.AppendOptions{Time: time.Date(2026, 5, 4+i, 9, 0, 0, 0, time.UTC)})
+		if _, err := cmd.Write(raw); err != nil {
+			return err
+		}
+		if err := cmd.Close(); err != nil {
+			return err
+		}
+		if _, err := cmd.Wait(); err != nil {
+			return err
+		}
+	}
+	return cl.Logout().Wait()
+}
