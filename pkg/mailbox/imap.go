@@ -140,8 +140,10 @@ func (f *imapFolder) bodies(ctx context.Context, uids []uint32, fn func(uint32, 
 }
 
 func (f *imapFolder) close() error {
+	// The context still ends a logout that hangs; a failed one changes nothing, the session
+	// being read-only.
+	_ = f.cl.Logout().Wait()
 	f.stop()
-	_ = f.cl.Logout().Wait() // a failed logout changes nothing: the session is read-only
 	return f.cl.Close()
 }
 
