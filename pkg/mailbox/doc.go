@@ -5,7 +5,7 @@
 //
 // # The smallest use
 //
-//	snap, err := mailbox.Freeze(ctx, cfg, "Invoices/2026-05", cutoff) // the source step's output
+//	snap, err := mailbox.Freeze(ctx, cfg, "Reports/2026-05", cutoff) // the source step's output
 //	a.Fingerprint(snap.Fingerprint())
 //	for _, d := range snap.Unique() { // each file once, however often it was sent
 //		b, err := snap.Read(ctx, cfg, d.UIDs[0], d.Name) // ErrDrift when it changed
@@ -46,7 +46,7 @@
 //
 // # Duplicates
 //
-// A supplier who sent the same file twice sent two messages with one attachment digest.
+// A sender who sent the same file twice sent two messages with one attachment digest.
 // [Snapshot.Unique] lists each digest once with the UIDs that carry it, so a job reconciles
 // it once and can say where both copies are.
 //

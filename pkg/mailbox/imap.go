@@ -121,7 +121,7 @@ func (f *imapFolder) bodies(ctx context.Context, uids []uint32, fn func(uint32, 
 	whole := &imap.FetchItemBodySection{Peek: true}
 	cmd := f.cl.Fetch(set, &imap.FetchOptions{UID: true, BodySection: []*imap.FetchItemBodySection{whole}})
 	var ferr error
-	// One message at a time: a month of invoices is never held whole.
+	// One message at a time: a month of mail is never held whole.
 	for m := cmd.Next(); m != nil; m = cmd.Next() {
 		buf, err := m.Collect()
 		if err != nil || ferr != nil {

@@ -134,7 +134,7 @@ func (s Snapshot) Fingerprint() string {
 }
 
 // Distinct is one attachment content of the snapshot and every message that carries it: a
-// supplier who sent the same file twice is one Distinct with two UIDs, to be reconciled
+// sender who sent the same file twice is one Distinct with two UIDs, to be reconciled
 // once.
 type Distinct struct {
 	Digest string   `json:"digest"`
