@@ -6,13 +6,11 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
-	"github.com/cairnhq/cairn/internal/eventually"
 	"github.com/cairnhq/cairn/internal/pgtest"
 	"github.com/cairnhq/cairn/pkg/fence"
 	"github.com/cairnhq/cairn/pkg/retry"
@@ -74,31 +72,6 @@ func TestSQLiteBusyIsTemporary(t *testing.T) {
 	}
 }
 
-// waitLockWaiter returns the pid of a backend of db's database, other than ours, waiting
-// for a lock.
-func waitLockWaiter(t *testing.T, db *sql.DB) int {
-	t.Helper()
-	// pg_stat_activity tells no one: it is read again.
-	var pid int
-	eventually.That(t, time.Minute, "a backend waiting for a lock", func() error {
-		err := db.QueryRowContext(t.Context(), `SELECT pid FROM pg_stat_activity
-			WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock' LIMIT 1`).Scan(&pid)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			t.Fatal(err)
-		}
-		return err
-	})
-	return pid
-}
-
-func terminate(t *testing.T, db *sql.DB, pid int) {
-	t.Helper()
-	var ok bool
-	if err := db.QueryRowContext(t.Context(), `SELECT pg_terminate_backend($1)`, pid).Scan(&ok); err != nil || !ok {
-		t.Fatalf("pg_terminate_backend(%d): %t, %v", pid, ok, err)
-	}
-}
-
 // A write whose backend is terminated (pg_terminate_backend, 57P01) while it waits inside
 // its transaction is temporary; its retry on a new connection writes, once.
 func TestPostgresTerminatedWriteIsTemporary(t *testing.T) {
@@ -118,7 +91,7 @@ func TestPostgresTerminatedWriteIsTemporary(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { _, err := l.Post(context.WithoutCancel(t.Context()), token(1), e); done <- err }()
-	terminate(t, admin.SQL(), waitLockWaiter(t, admin.SQL()))
+	pgtest.Terminate(t, admin.SQL(), pgtest.LockWaiter(t, admin.SQL()))
 	err = <-done
 	var pg *pgconn.PgError
 	if !errors.As(err, &pg) || pg.Code != "57P01" {

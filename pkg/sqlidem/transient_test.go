@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"io"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/cairnhq/cairn/internal/pgtest"
 	"github.com/cairnhq/cairn/pkg/fence"
 	"github.com/cairnhq/cairn/pkg/idempotency"
 	"github.com/cairnhq/cairn/pkg/retry"
@@ -190,7 +190,7 @@ func TestPostgresTransientErrors(t *testing.T) {
 		}
 		first := make(chan error, 1)
 		go func() { _, err := tx1.ExecContext(ctx, lock, keyB); first <- err }()
-		waitLockWaiter(t, db)
+		pgtest.LockWaiter(t, db)
 		_, err2 := tx2.ExecContext(ctx, lock, keyA)
 		_ = tx2.Rollback() // frees tx1 when tx2 was not the victim
 		err1 := <-first
@@ -212,7 +212,7 @@ func TestPostgresTransientErrors(t *testing.T) {
 		if err := c.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 			t.Fatal(err)
 		}
-		terminate(t, db, pid)
+		pgtest.Terminate(t, db, pid)
 		_, err = c.ExecContext(ctx, `SELECT 1`)
 		t.Logf("the terminated session's next query: %v", err)
 		assertTemporary(t, sqlidem.Transient(err))
@@ -230,33 +230,6 @@ func TestPostgresTransientErrors(t *testing.T) {
 	})
 }
 
-// waitLockWaiter returns the pid of a backend of db's database, other than ours, waiting
-// for a lock.
-func waitLockWaiter(t *testing.T, db *sql.DB) int {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	tick := time.NewTicker(10 * time.Millisecond) // pg_stat_activity tells no one: it is read again
-	defer tick.Stop()
-	for {
-		var pid int
-		err := db.QueryRowContext(ctx, `SELECT pid FROM pg_stat_activity
-			WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock' LIMIT 1`).Scan(&pid)
-		switch {
-		case err == nil:
-			return pid
-		case ctx.Err() != nil:
-			t.Fatal("no backend waits for a lock within a minute")
-		case !errors.Is(err, sql.ErrNoRows):
-			t.Fatal(err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-tick.C:
-		}
-	}
-}
-
 // firstErr is the first of errs that is not nil.
 func firstErr(errs ...error) error {
 	for _, err := range errs {
@@ -265,12 +238,4 @@ func firstErr(errs ...error) error {
 		}
 	}
 	return nil
-}
-
-func terminate(t *testing.T, db *sql.DB, pid int) {
-	t.Helper()
-	var ok bool
-	if err := db.QueryRowContext(t.Context(), `SELECT pg_terminate_backend($1)`, pid).Scan(&ok); err != nil || !ok {
-		t.Fatalf("pg_terminate_backend(%d): %t, %v", pid, ok, err)
-	}
 }
