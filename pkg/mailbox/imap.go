@@ -138,8 +138,10 @@ func (f *imapFolder) bodies(ctx context.Context, uids []uint32, fn func(uint32, 
 			ferr = firstErr(ferr, err)
 			continue // the rest is drained by Close
 		}
-		if buf.UID == 0 {
-			continue // an unsolicited FETCH (flags) of a message not asked for
+		if buf.UID == 0 || len(buf.BodySection) == 0 {
+			// An unsolicited FETCH: flags another client set, on this message or another.
+			// It may carry a UID, even that of a message expunged since; it is no answer.
+			continue
 		}
 		ferr = fn(uint32(buf.UID), buf.FindBodySection(whole))
 	}
