@@ -7,9 +7,15 @@
 //
 //	snap, err := mailbox.Freeze(ctx, cfg, "Reports/2026-05", cutoff) // the source step's output
 //	a.Fingerprint(snap.Fingerprint())
+//
+//	r, err := snap.Open(ctx, cfg) // one connection for every read; ErrDrift if the folder was recreated
+//	defer r.Close()
 //	for _, d := range snap.Unique() { // each file once, however often it was sent
-//		b, err := snap.Read(ctx, cfg, d.UIDs[0], d.Name) // ErrDrift when it changed
+//		b, err := r.Read(ctx, d.UIDs[0], d.Name) // ErrDrift when it changed
 //	}
+//
+// [Snapshot.Read] reads one file on a connection of its own: a step that reads a month of
+// files opens a [Reader] once, and logs in once, not once a file.
 //
 // # The frozen input
 //
@@ -28,9 +34,12 @@
 //
 // The run's input changed when the folder is gone or was recreated (another UIDVALIDITY:
 // every UID names another message), when a message of the snapshot was removed, or when one
-// no longer carries the attachments it had (a server that breaks the rule above). [Snapshot.Read]
-// returns such a change as an error that errors.Is [ErrDrift]; [Snapshot.Check] lists them
-// all, as a step that checks the source after a break reports them (runner.SourceChecker):
+// no longer carries the attachments it had (a server that breaks the rule above).
+// [Snapshot.Open] checks the folder's UIDVALIDITY when it connects, and [Reader.Read] each
+// message and attachment it reads, so a message removed while a Reader is open is drift
+// too; they return such a change as an error that errors.Is [ErrDrift]. [Snapshot.Check]
+// lists them all, as a step that checks the source after a break reports them
+// (runner.SourceChecker):
 //
 //	CheckSource: func(ctx context.Context, a *runner.Attempt, fp string) ([]string, error) {
 //		snap, err := runner.In[mailbox.Snapshot](ctx, a, "collect")

@@ -4,57 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/cairnhq/cairn/pkg/idempotency"
 )
-
-// Read fetches the attachment name of message uid again and returns its bytes when they
-// are still those the snapshot froze. A folder gone or recreated, the message removed, or
-// the attachment gone or changed is an error that errors.Is ErrDrift, naming what changed;
-// a message or attachment the snapshot does not hold is ErrNotFrozen. Of two attachments
-// of one message with the same name, Read reads the first.
-func (s Snapshot) Read(ctx context.Context, c Config, uid uint32, name string) ([]byte, error) {
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	m, ok := s.message(uid)
-	if !ok {
-		return nil, fmt.Errorf("message %d of folder %q: %w", uid, s.Folder, ErrNotFrozen)
-	}
-	i := attachmentIndex(m.Attachments, name)
-	if i < 0 {
-		return nil, fmt.Errorf("attachment %q of message %d in folder %q: %w", name, uid, s.Folder, ErrNotFrozen)
-	}
-	f, gone, err := s.open(ctx, c)
-	if err != nil || gone != "" {
-		return nil, driftOr(gone, err)
-	}
-	defer f.close()
-	var (
-		data  []byte
-		found bool
-	)
-	err = f.bodies(ctx, []uint32{uid}, func(_ uint32, raw []byte) error {
-		found = true
-		parts, err := attachments(raw)
-		if err != nil {
-			return fmt.Errorf("message %d: %w", uid, err)
-		}
-		if changes := s.compare(m, parts); len(changes) > 0 {
-			return fmt.Errorf("%w: %s", ErrDrift, strings.Join(changes, "; "))
-		}
-		data = parts[i].data
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("reading %q of message %d in folder %q: %w", name, uid, s.Folder, err)
-	}
-	if !found {
-		return nil, fmt.Errorf("%w: %s", ErrDrift, s.removed(uid))
-	}
-	return data, nil
-}
 
 // Check names each change of the mailbox since the freeze that the run would see: the
 // folder gone or recreated (another UIDVALIDITY; nothing else is compared then, every UID
@@ -74,7 +26,7 @@ func (s Snapshot) Check(ctx context.Context, c Config) (changed []string, err er
 	if gone != "" {
 		return []string{gone}, nil
 	}
-	defer f.close()
+	defer f.close(ctx)
 	uids := make([]uint32, len(s.Messages))
 	for i, m := range s.Messages {
 		uids[i] = m.UID
@@ -117,7 +69,7 @@ func (s Snapshot) open(ctx context.Context, c Config) (f folder, gone string, er
 		return nil, "", err
 	}
 	if v := f.status().validity; v != s.UIDValidity {
-		f.close()
+		f.close(ctx)
 		return nil, fmt.Sprintf("folder %q: UIDVALIDITY %d is now %d: the folder was recreated and its UIDs name other messages", s.Folder, s.UIDValidity, v), nil
 	}
 	return f, "", nil

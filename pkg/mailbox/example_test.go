@@ -40,10 +40,16 @@ func Example() {
 	for _, m := range snap.Messages {
 		fmt.Println(m.UID, m.Date.Format(time.DateOnly), m.Attachments[0].Name, m.Attachments[0].Digest[:15])
 	}
+	r, err := snap.Open(ctx, cfg) // one connection for every read
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	for _, d := range snap.Unique() {
-		b, err := snap.Read(ctx, cfg, d.UIDs[0], d.Name)
+		b, err := r.Read(ctx, d.UIDs[0], d.Name)
 		fmt.Printf("%s in %v: %d bytes, %v\n", d.Name, d.UIDs, len(b), err)
 	}
+	fmt.Println("close:", r.Close())
 	changed, err := snap.Check(ctx, cfg)
 	fmt.Println("changed:", changed, err)
 	// Output:
@@ -52,6 +58,7 @@ func Example() {
 	// 3 2026-05-06 invoice-A-1001.pdf sha256:7284cb0a
 	// invoice-A-1001.pdf in [1 3]: 26 bytes, <nil>
 	// invoice-A-1002.pdf in [2]: 26 bytes, <nil>
+	// close: <nil>
 	// changed: [] <nil>
 }
 
@@ -75,9 +82,17 @@ func Example_job() {
 		return s, nil
 	})
 	extract := runner.Func(func(ctx context.Context, a *runner.Attempt, s mailbox.Snapshot) ([]string, error) {
+		r, err := s.Open(ctx, cfg) // one login for the month's files
+		if errors.Is(err, mailbox.ErrDrift) {
+			return nil, runner.Permanent(err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		defer r.Close()
 		var read []string
 		for _, d := range s.Unique() { // a file sent twice is read once
-			b, err := s.Read(ctx, cfg, d.UIDs[0], d.Name)
+			b, err := r.Read(ctx, d.UIDs[0], d.Name)
 			if errors.Is(err, mailbox.ErrDrift) {
 				return nil, runner.Permanent(err) // no retry brings the month back: a person looks
 			}

@@ -24,8 +24,8 @@ type folder interface {
 	// bodies calls fn with the whole message (BODY.PEEK[], which leaves \Seen alone) of each
 	// UID in uids that is still in the folder; a UID no longer there is skipped.
 	bodies(ctx context.Context, uids []uint32, fn func(uid uint32, raw []byte) error) error
-	// close logs out and ends the connection.
-	close() error
+	// close logs out, ctx bounding the logout, and ends the connection.
+	close(ctx context.Context) error
 }
 
 type folderStatus struct {
@@ -58,17 +58,18 @@ func examine(ctx context.Context, c Config, name string) (folder, error) {
 		}
 		conn = tc
 	}
-	cl := imapclient.New(conn, nil)
-	// The client's commands take no context: closing the connection ends a wait.
-	stop := context.AfterFunc(ctx, func() { cl.Close() })
-	f := &imapFolder{cl: cl, stop: stop}
+	f := &imapFolder{cl: imapclient.New(conn, nil)}
+	// ctx bounds the connecting only: each later call is bounded by its own, so that one
+	// connection serves many reads (Reader).
+	defer f.bind(ctx)()
 	fail := func(err error) (folder, error) {
-		f.close()
+		f.close(ctx)
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
 		return nil, err
 	}
+	cl := f.cl
 	if err := cl.WaitGreeting(); err != nil {
 		return fail(fmt.Errorf("greeting of %s: %w", c.Addr, err))
 	}
@@ -87,9 +88,16 @@ func examine(ctx context.Context, c Config, name string) (folder, error) {
 }
 
 type imapFolder struct {
-	cl   *imapclient.Client
-	stop func() bool
-	st   folderStatus
+	cl *imapclient.Client
+	st folderStatus
+}
+
+// bind makes the end of ctx end the command under way, and returns the release. The
+// client's commands take no context: closing the connection ends a wait, and the folder
+// with it.
+func (f *imapFolder) bind(ctx context.Context) (release func()) {
+	stop := context.AfterFunc(ctx, func() { f.cl.Close() })
+	return func() { stop() }
 }
 
 func (f *imapFolder) status() folderStatus { return f.st }
@@ -98,6 +106,7 @@ func (f *imapFolder) list(ctx context.Context) ([]entry, error) {
 	if f.st.messages == 0 {
 		return nil, nil // "1:*" names a message even in an empty folder
 	}
+	defer f.bind(ctx)()
 	all := imap.UIDSet{imap.UIDRange{Start: 1, Stop: 0}} // 1:*
 	msgs, err := f.cl.Fetch(all, &imap.FetchOptions{UID: true, InternalDate: true}).Collect()
 	if err != nil {
@@ -114,6 +123,7 @@ func (f *imapFolder) bodies(ctx context.Context, uids []uint32, fn func(uint32, 
 	if len(uids) == 0 {
 		return nil
 	}
+	defer f.bind(ctx)()
 	var set imap.UIDSet
 	for _, u := range uids {
 		set.AddNum(imap.UID(u))
@@ -128,8 +138,10 @@ func (f *imapFolder) bodies(ctx context.Context, uids []uint32, fn func(uint32, 
 			ferr = firstErr(ferr, err)
 			continue // the rest is drained by Close
 		}
-		if buf.UID == 0 {
-			continue // an unsolicited FETCH (flags) of a message not asked for
+		if buf.UID == 0 || len(buf.BodySection) == 0 {
+			// An unsolicited FETCH: flags another client set, on this message or another.
+			// It may carry a UID, even that of a message expunged since; it is no answer.
+			continue
 		}
 		ferr = fn(uint32(buf.UID), buf.FindBodySection(whole))
 	}
@@ -139,11 +151,12 @@ func (f *imapFolder) bodies(ctx context.Context, uids []uint32, fn func(uint32, 
 	return ferr
 }
 
-func (f *imapFolder) close() error {
-	// The context still ends a logout that hangs; a failed one changes nothing, the session
-	// being read-only.
+func (f *imapFolder) close(ctx context.Context) error {
+	// ctx ends a logout that hangs; a failed one changes nothing, the session being
+	// read-only.
+	release := f.bind(ctx)
 	_ = f.cl.Logout().Wait()
-	f.stop()
+	release()
 	return f.cl.Close()
 }
 

@@ -44,6 +44,7 @@ type month struct {
 type bundle struct {
 	ctx  context.Context
 	cfg  mailbox.Config
+	srv  *server
 	post *postmaster
 	month
 }
@@ -58,7 +59,7 @@ func setup(t *testing.T) *bundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.stop)
-	b := &bundle{ctx: t.Context(), cfg: srv.config(), post: dialPostmaster(t, srv.Addr)}
+	b := &bundle{ctx: t.Context(), cfg: srv.config(), srv: srv, post: dialPostmaster(t, srv.Addr)}
 	b.post.create(folder)
 	b.files = map[uint32][]file{}
 	put := func(day int, subject string, files ...file) {
@@ -233,6 +234,9 @@ func TestARecreatedFolderIsDrift(t *testing.T) {
 	if !errors.Is(err, mailbox.ErrDrift) || !strings.Contains(err.Error(), want) {
 		t.Errorf("Read: %v, want ErrDrift saying %q", err, want)
 	}
+	if r, err := s.Open(b.ctx, b.cfg); !errors.Is(err, mailbox.ErrDrift) || !strings.Contains(err.Error(), want) {
+		t.Errorf("Open: %v, %v; want ErrDrift saying %q", r, err, want)
+	}
 	if now.Fingerprint() == s.Fingerprint() {
 		t.Error("the recreated folder has the old fingerprint")
 	}
@@ -250,6 +254,9 @@ func TestADeletedFolderIsDrift(t *testing.T) {
 	}
 	if _, err := s.Read(b.ctx, b.cfg, s.Messages[0].UID, invoice[0].name); !errors.Is(err, mailbox.ErrDrift) {
 		t.Errorf("Read: %v, want ErrDrift", err)
+	}
+	if r, err := s.Open(b.ctx, b.cfg); !errors.Is(err, mailbox.ErrDrift) || !strings.Contains(err.Error(), want) {
+		t.Errorf("Open: %v, %v; want ErrDrift saying %q", r, err, want)
 	}
 }
 
@@ -282,12 +289,22 @@ func TestTheMailboxIsOnlyRead(t *testing.T) {
 	before := b.post.state(folder)
 
 	s := b.freeze(t)
+	r, err := s.Open(b.ctx, b.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, m := range s.Messages {
 		for _, a := range m.Attachments {
 			if _, err := s.Read(b.ctx, b.cfg, m.UID, a.Name); err != nil {
 				t.Fatal(err)
 			}
+			if _, err := r.Read(b.ctx, m.UID, a.Name); err != nil {
+				t.Fatal(err)
+			}
 		}
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
 	}
 	if changed, err := s.Check(b.ctx, b.cfg); err != nil || len(changed) != 0 {
 		t.Fatalf("Check of an unchanged folder: %q, %v", changed, err)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,10 +29,25 @@ const (
 )
 
 // server is an in-process IMAP server (go-imap's imapmemserver) on a loopback port, with
-// one user; stop closes it and every connection.
+// one user; stop closes it and every connection. accepted counts the connections it took.
 type server struct {
-	Addr string
-	stop func()
+	Addr     string
+	accepted *atomic.Int64
+	stop     func()
+}
+
+// countingListener counts the connections it accepts.
+type countingListener struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
 }
 
 func startServer() (*server, error) {
@@ -49,12 +65,13 @@ func startServer() (*server, error) {
 	if err != nil {
 		return nil, err
 	}
+	n := new(atomic.Int64)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = srv.Serve(ln)
+		_ = srv.Serve(countingListener{ln, n})
 	}()
-	return &server{Addr: ln.Addr().String(), stop: func() { srv.Close(); <-done }}, nil
+	return &server{Addr: ln.Addr().String(), accepted: n, stop: func() { srv.Close(); <-done }}, nil
 }
 
 func (s *server) config() mailbox.Config {

@@ -57,7 +57,7 @@ func Freeze(ctx context.Context, c Config, folder string, cutoff time.Time) (Sna
 	if err != nil {
 		return Snapshot{}, err
 	}
-	defer f.close()
+	defer f.close(ctx)
 	st := f.status()
 	entries, err := f.list(ctx)
 	if err != nil {
