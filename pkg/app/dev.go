@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/pkg/assets"
@@ -128,21 +127,12 @@ func Dev(ctx context.Context, d DevConfig, build func(ctx context.Context, js je
 		}
 		l.Close()
 	}
-	srv, err := Embedded(d.Pipeline.Name+"-dev", d.Host, d.Port, filepath.Join(dir, "nats"))
+	s, err := serve(d.Pipeline.Name+"-dev", d.Pipeline.Name+" dev", d.Host, d.Port, dir, sp)
 	if err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	url := srv.ClientURL()
-	nc, err := nats.Connect(url, nats.Name(d.Pipeline.Name+" dev"), nats.CustomInboxPrefix(sp.Inbox()))
-	if err != nil {
-		return fmt.Errorf("dev: connecting to %s: %w", url, err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("dev: %w", err)
-	}
+	defer s.close()
+	url, js := s.srv.ClientURL(), s.js
 	// The assets before build, which may open a bucket of them; Init checks them again with
 	// the Config build returns.
 	if err := assets.Ensure(ctx, js, assets.Config{Space: sp, Steps: d.Pipeline.Names(), AckWait: d.AckWait}); err != nil {

@@ -7,10 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
-	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairnhq/cairn/pkg/artifacts"
@@ -23,8 +20,7 @@ import (
 // a test, an example, a job's first steps, or a small job that needs no more.
 type Local struct {
 	name  string
-	srv   *server.Server
-	nc    *nats.Conn
+	s     *served
 	js    jetstream.JetStream
 	stop  context.CancelFunc
 	done  chan error
@@ -53,27 +49,20 @@ func RunLocal(ctx context.Context, dir string, job Job, options ...func(*Config)
 	if err != nil {
 		return nil, err
 	}
-	l := &Local{name: job.Name, done: make(chan error, 1)}
-	fail := func(err error) (*Local, error) {
-		l.closeAll()
+	s, err := serve(job.Name+"-local", job.Name+" local", "127.0.0.1", -1, dir, sp)
+	if err != nil {
 		unlock()
 		return nil, fmt.Errorf("running %s locally: %w", job.Name, err)
 	}
-	if l.srv, err = Embedded(job.Name+"-local", "127.0.0.1", -1, filepath.Join(dir, "nats")); err != nil {
-		return fail(err)
-	}
-	if l.nc, err = nats.Connect(l.srv.ClientURL(), nats.Name(job.Name+" local"), nats.CustomInboxPrefix(sp.Inbox())); err != nil {
-		return fail(err)
-	}
-	if l.js, err = jetstream.New(l.nc); err != nil {
-		return fail(err)
-	}
+	l := &Local{name: job.Name, s: s, js: s.js, done: make(chan error, 1)}
 	c := Config{JS: l.js, Job: job, KeysDir: filepath.Join(dir, "keys")}
 	for _, o := range options {
 		o(&c)
 	}
 	if err := Init(ctx, c); err != nil {
-		return fail(err)
+		s.close()
+		unlock()
+		return nil, fmt.Errorf("running %s locally: %w", job.Name, err)
 	}
 	running, stop := context.WithCancel(context.WithoutCancel(ctx))
 	l.stop = stop
@@ -82,24 +71,13 @@ func RunLocal(ctx context.Context, dir string, job Job, options ...func(*Config)
 	return l, nil
 }
 
-// closeAll closes what RunLocal opened.
-func (l *Local) closeAll() {
-	if l.nc != nil {
-		l.nc.Close()
-	}
-	if l.srv != nil {
-		l.srv.Shutdown()
-		l.srv.WaitForShutdown()
-	}
-}
-
 // Close stops the job's services, waiting for the step in hand (Config.StopGrace), and
 // shuts the server down. It returns the services' error, if one stopped by itself.
 func (l *Local) Close() error {
 	l.once.Do(func() {
 		l.stop()
 		l.err = <-l.done
-		l.closeAll()
+		l.s.close()
 		l.clean()
 	})
 	return l.err
@@ -109,7 +87,7 @@ func (l *Local) Close() error {
 func (l *Local) JS() jetstream.JetStream { return l.js }
 
 // URL is the server's, for `nats` and the `cairn` CLI (CAIRN_NATS_URL).
-func (l *Local) URL() string { return l.srv.ClientURL() }
+func (l *Local) URL() string { return l.s.srv.ClientURL() }
 
 // Start starts run runID on input, the job's input (a struct or a map whose members are the
 // job's Input), and waits for the supervisor's answer, as Start does.
@@ -174,25 +152,7 @@ func (l *Local) Undo(ctx context.Context, runID, requestID string, where map[str
 	if err := Command(ctx, l.js, l.name, runID, events.VerbUndo, requestID, events.Command{Scope: scope}); err != nil {
 		return nil, err
 	}
-	sp, _ := assets.SpaceOf(l.name)
-	store, err := kc.Open(ctx, l.js, sp.Bucket(assets.BucketRuns))
-	if err != nil {
-		return nil, err
-	}
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		rec, _, err := store.Load(ctx, runID)
-		if err != nil && !errors.Is(err, kc.ErrNotFound) {
-			return nil, err
-		}
-		if err == nil && rec.Undo != nil && rec.Undo.RequestID == kc.RequestKey(requestID) && rec.Status != kc.Undoing {
-			return rec, nil
-		}
-		select {
-		case <-ctx.Done():
-			return rec, fmt.Errorf("undo %s of %s: %w", requestID, runID, ctx.Err())
-		case <-tick.C:
-		}
-	}
+	return waitUntil(ctx, l.js, l.name, runID, "to finish undo "+requestID, func(r *kc.Record) bool {
+		return r.Undo != nil && r.Undo.RequestID == kc.RequestKey(requestID) && r.Status != kc.Undoing
+	})
 }

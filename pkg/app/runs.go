@@ -88,6 +88,12 @@ func Ended(s kc.Status) bool {
 // record, Wait follows the refusals of its starts too: one refused (Start's *Refused) ends
 // the wait with that *Refused, for no run will come of it.
 func Wait(ctx context.Context, js jetstream.JetStream, name, runID string) (*kc.Record, error) {
+	return waitUntil(ctx, js, name, runID, "to end", func(r *kc.Record) bool { return Ended(r.Status) })
+}
+
+// waitUntil is Wait until the run's record is one done says it waits for (what: the words
+// of ctx's error).
+func waitUntil(ctx context.Context, js jetstream.JetStream, name, runID, what string, done func(*kc.Record) bool) (*kc.Record, error) {
 	sp, err := assets.SpaceOf(name)
 	if err != nil {
 		return nil, err
@@ -114,7 +120,7 @@ func Wait(ctx context.Context, js jetstream.JetStream, name, runID string) (*kc.
 				refusals, stop, refused = nil, func() {}, nil
 			}
 			last = rec
-			if Ended(rec.Status) {
+			if done(rec) {
 				return rec, nil
 			}
 		case !errors.Is(err, kc.ErrNotFound):
@@ -138,7 +144,7 @@ func Wait(ctx context.Context, js jetstream.JetStream, name, runID string) (*kc.
 		}
 		select {
 		case <-ctx.Done():
-			return last, fmt.Errorf("waiting for run %s to end: %w", runID, ctx.Err())
+			return last, fmt.Errorf("waiting for run %s %s: %w", runID, what, ctx.Err())
 		case r := <-refusals:
 			refused = &r // read the record again at once: a later start may have made it
 		case <-tick.C:
