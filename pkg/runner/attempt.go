@@ -44,11 +44,11 @@ type Attempt struct {
 	// tallyFailed: reading them failed once; the commit counts them with a read of its own
 	tallyFailed bool
 
-	memoMu    sync.Mutex
-	memoTries map[string]int // Memo's calls of this attempt, by key
-	memoOrder map[string]int // Memo's keys of this attempt, numbered for their fault points
+	memoMu   sync.Mutex
+	memoKeys map[string]*memoKey // Memo's keys of this attempt
 
-	extras extras // what the step told of its result besides the output (Park, Count, ...)
+	extras  extras // what the step told of its result besides the output (Park, Count, ...)
+	typedIn []byte // a typed step's input as read, once an attempt (readIn)
 
 	progress *Progress              // what the loop guard counted, for the handover note
 	guarded  *kvcheckpoint.Progress // the loop guard's count, stored with a handover

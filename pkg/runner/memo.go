@@ -21,6 +21,10 @@ var ErrNoMemo = errors.New("the runner has no memo bucket (Config.Memo)")
 // before the call, so a paid call is counted even when the process dies during it.
 const memoEvent = "memo.called"
 
+// memoKey is what an attempt knows of one key it gave Memo: its number among the attempt's
+// keys (its fault points') and the calls made for it (the timeline's try).
+type memoKey struct{ n, tries int }
+
 // Memo returns the answer saved under key for this run, or makes call, saves its answer
 // under key and returns it: a call answered once is never made again in the run, by this
 // attempt or any later one (a restart, a takeover). The answer is saved in the memo bucket
@@ -41,14 +45,15 @@ func (a *Attempt) Memo(ctx context.Context, key string, call func(ctx context.Co
 	}
 	full := a.RunID + "." + key
 	a.memoMu.Lock()
-	if a.memoOrder == nil {
-		a.memoOrder = map[string]int{}
+	if a.memoKeys == nil {
+		a.memoKeys = map[string]*memoKey{}
 	}
-	n, seen := a.memoOrder[key]
-	if !seen {
-		n = len(a.memoOrder) + 1
-		a.memoOrder[key] = n
+	mk := a.memoKeys[key]
+	if mk == nil {
+		mk = &memoKey{n: len(a.memoKeys) + 1}
+		a.memoKeys[key] = mk
 	}
+	n := mk.n
 	a.memoMu.Unlock()
 	if e, err := kv.Get(ctx, full); err == nil {
 		return e.Value(), a.Fault(ctx, faults.AfterWrite, n)
@@ -56,11 +61,8 @@ func (a *Attempt) Memo(ctx context.Context, key string, call func(ctx context.Co
 		return nil, Temporary(fmt.Errorf("reading memo %q: %w", full, err))
 	}
 	a.memoMu.Lock()
-	if a.memoTries == nil {
-		a.memoTries = map[string]int{}
-	}
-	try := a.memoTries[key]
-	a.memoTries[key]++
+	try := mk.tries
+	mk.tries++
 	a.memoMu.Unlock()
 	if err := a.Fault(ctx, faults.BeforeWrite, n); err != nil {
 		return nil, err

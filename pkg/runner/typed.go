@@ -29,7 +29,8 @@ import (
 // ProgressCounter, Versioner), and the runner reads them so (AbilitiesOf).
 type Typed[In, Out any] struct {
 	Do func(ctx context.Context, a *Attempt, in In) (Out, error)
-	// Verify checks the output stored, decoded, against the input read again.
+	// Verify checks the output stored, decoded, against the input (decoded again from what
+	// the attempt read: a change Do made to its copy is not seen).
 	Verify func(ctx context.Context, a *Attempt, in In, out Out) error
 	// Plan is exactly what Do will do, with no effect, for a person to approve.
 	Plan func(ctx context.Context, a *Attempt, in In) (any, error)
@@ -163,12 +164,33 @@ func Memo[T any](ctx context.Context, a *Attempt, key string, call func(ctx cont
 	return v, nil
 }
 
-// readIn is a typed step's input: see Typed.
+// readIn is a typed step's input: see Typed. The attempt keeps the bytes it read, so that
+// Plan, Do and Verify read the inputs once, and each decodes a copy of its own.
 func readIn[In any](ctx context.Context, a *Attempt) (In, error) {
 	var in In
 	if t := reflect.TypeFor[In](); t.Kind() == reflect.Struct && t.NumField() == 0 {
 		return in, nil
 	}
+	a.mu.Lock()
+	b := a.typedIn
+	a.mu.Unlock()
+	if b == nil {
+		var err error
+		if b, err = readInBytes(ctx, a); err != nil {
+			return in, err
+		}
+		a.mu.Lock()
+		a.typedIn = b
+		a.mu.Unlock()
+	}
+	if err := json.Unmarshal(b, &in); err != nil {
+		return in, Permanent(fmt.Errorf("the input of %s is not a %T: %w", a.Step, in, err))
+	}
+	return in, nil
+}
+
+// readInBytes is the JSON a typed step's input is decoded from.
+func readInBytes(ctx context.Context, a *Attempt) ([]byte, error) {
 	var (
 		b   []byte
 		err error
@@ -182,18 +204,12 @@ func readIn[In any](ctx context.Context, a *Attempt) (In, error) {
 		all := make(map[string]json.RawMessage, len(waits))
 		for _, w := range waits {
 			if all[w], err = a.Input(ctx, w); err != nil {
-				return in, err
+				return nil, err
 			}
 		}
 		b, err = json.Marshal(all)
 	}
-	if err != nil {
-		return in, err
-	}
-	if err := json.Unmarshal(b, &in); err != nil {
-		return in, Permanent(fmt.Errorf("the input of %s is not a %T: %w", a.Step, in, err))
-	}
-	return in, nil
+	return b, err
 }
 
 // extras is what an attempt told of its result besides the output (Park, Count, Next,
