@@ -69,4 +69,3 @@ func (s *served) close() {
 	s.srv.Shutdown()
 	s.srv.WaitForShutdown()
 }
-
